@@ -1,0 +1,1 @@
+"""asearcher-plugin: long-horizon search agents for OpenRLHF."""

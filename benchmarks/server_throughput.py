@@ -1,0 +1,132 @@
+"""Server throughput: 64 concurrent clients sending single-query requests, ours vs a global-lock baseline.
+
+One command: `python benchmarks/server_throughput.py [--passages 200000] [--clients 64] [--seconds 20]`.
+The index holds random unit vectors (one per passage) and the rows repeat sample-KB passages:
+throughput depends on index size and encoder, not on what the text says. Both servers run the
+same knowledge-base folder with the same encoder (all-MiniLM-L6-v2) and index, one after the other,
+under the same load; memory (RSS) is recorded for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import httpx
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.readme_table import publish  # noqa: E402
+from local_retriever.build import BuildOptions, build_kb  # noqa: E402
+from local_retriever.manifest import MANIFEST_FILE, Manifest  # noqa: E402
+from local_retriever.quickstart import wait_healthy  # noqa: E402
+from local_retriever.sample import load_sample_questions  # noqa: E402
+
+
+def make_kb(out: Path, passages: int, factory: str) -> Path:
+    if (out / MANIFEST_FILE).is_file() and Manifest.load(out).passages == passages:
+        return out
+    sample = Path("runs/sample-kb")
+    if not (sample / MANIFEST_FILE).is_file():
+        from local_retriever.sample import sample_dump_path
+
+        build_kb(sample_dump_path(), sample)
+    texts = (sample / "passages.jsonl").read_bytes().splitlines()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    corpus = out.parent / f"corpus_{passages}.jsonl"
+    with open(corpus, "wb") as fh:
+        for i, line in zip(range(passages), itertools.cycle(texts)):
+            row = json.loads(line)
+            row["id"] = str(i)
+            fh.write(json.dumps(row).encode() + b"\n")
+    rng = np.random.default_rng(0)
+    index = faiss.index_factory(384, factory, faiss.METRIC_INNER_PRODUCT)
+    for start in range(0, passages, 50_000):
+        x = rng.standard_normal((min(50_000, passages - start), 384)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        index.add(x)
+    faiss.write_index(index, str(out.parent / f"index_{passages}.faiss"))
+    build_kb(corpus, out, opts=BuildOptions(bm25=False, import_faiss=out.parent / f"index_{passages}.faiss", force=True))
+    return out
+
+
+async def load(url: str, clients: int, seconds: float, queries: list[str]) -> dict:
+    latencies: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def client(c: int, http: httpx.AsyncClient):
+        nonlocal errors
+        for i in itertools.count():
+            if time.perf_counter() > stop:
+                return
+            q = queries[(c * 997 + i) % len(queries)]
+            t = time.perf_counter()
+            r = await http.post(f"{url}/retrieve", json={"queries": [q], "topk": 5, "return_scores": True})
+            if r.status_code != 200:
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - t)
+
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+        await asyncio.gather(*(client(c, http) for c in range(clients)))
+    lat = np.array(latencies) * 1000
+    return {"queries": len(lat), "errors": errors, "qps": len(lat) / seconds,
+            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))}
+
+
+def run_server(cmd: list[str], url: str, clients: int, seconds: float, queries: list[str]) -> dict:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        wait_healthy(url, proc, timeout=300)
+        asyncio.run(load(url, clients, 3, queries))  # warm-up
+        result = asyncio.run(load(url, clients, seconds, queries))
+        result["rss_mb"] = psutil.Process(proc.pid).memory_info().rss / 2**20
+        return result
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--passages", type=int, default=200_000)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--factory", default="Flat")
+    args = ap.parse_args()
+    kb = make_kb(Path(f"runs/bench-kb-{args.passages}-{args.factory.replace(',', '_')}") / "kb", args.passages, args.factory)
+    manifest = Manifest.load(kb)
+    index_mb = Path(manifest.dense_index).stat().st_size / 2**20
+    corpus_mb = Path(manifest.corpus).stat().st_size / 2**20
+    queries = [q["question"] for q in load_sample_questions()]
+    py = sys.executable
+    ours = run_server([py, "-m", "local_retriever.cli", "serve", str(kb), "--port", "5107"],
+                      "http://127.0.0.1:5107", args.clients, args.seconds, queries)
+    base = run_server([py, str(ROOT / "benchmarks" / "baseline_server.py"), str(kb), "--port", "5108"],
+                      "http://127.0.0.1:5108", args.clients, args.seconds, queries)
+    ratio = ours["qps"] / base["qps"]
+    rows = [[name, f"{r['qps']:.1f}", f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["errors"], f"{r['rss_mb']:.0f}"]
+            for name, r in (("ours (micro-batched)", ours), ("baseline (one request at a time, global lock)", base))]
+    rows.append(["ratio ours / baseline", f"**{ratio:.1f}x**", "", "", "", ""])
+    note = (f"{args.clients} concurrent clients, single-query requests, topk 5, {args.seconds:.0f} s each; "
+            f"{manifest.passages:,} passages, FAISS {args.factory} ({index_mb:.0f} MB index file, {corpus_mb:.0f} MB corpus file "
+            "kept on disk), all-MiniLM-L6-v2 on CPU; RSS = server resident memory after the run")
+    print(publish("server_throughput", ["server", "queries/s", "p50 ms", "p99 ms", "errors", "RSS MB"], rows, note,
+                  {"ours": ours, "baseline": base, "ratio": ratio, "args": vars(args), "index_mb": index_mb, "corpus_mb": corpus_mb}))
+
+
+if __name__ == "__main__":
+    main()

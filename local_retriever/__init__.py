@@ -1,0 +1,1 @@
+"""Local knowledge base: corpus ingestion, dense/sparse indexes, retrieval server and client."""

