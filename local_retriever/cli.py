@@ -38,7 +38,7 @@ def build(
     max_length: int = typer.Option(256, help="encoder max tokens per passage/query"),
     query_prefix: str = typer.Option("", help="e.g. 'query: ' for e5"),
     passage_prefix: str = typer.Option("", help="e.g. 'passage: ' for e5"),
-    batch_size: int = typer.Option(64, help="encoder batch size"),
+    batch_size: int = typer.Option(32, help="encoder batch size"),
     faiss_factory: str = typer.Option("Flat", help="FAISS factory string: Flat, HNSW32, HNSW32,SQ8, IVF4096,PQ64, ..."),
     dense: bool = typer.Option(True, help="build the dense index"),
     bm25: bool = typer.Option(True, help="build the BM25 index"),

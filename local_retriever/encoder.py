@@ -32,7 +32,7 @@ class EncoderConfig(BaseModel):
     max_length: int = Field(256, ge=8, le=8192)
     query_prefix: str = ""
     passage_prefix: str = ""
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(32, ge=1)
 
     def resolved_model(self) -> str:
         return default_encoder_path() if self.model == DEFAULT_ENCODER else self.model
