@@ -45,9 +45,10 @@ if __name__ == "__main__":
     ap.add_argument("kb_dir")
     ap.add_argument("--port", type=int, default=5006)
     ap.add_argument("--ef-search", type=int, default=None)
+    ap.add_argument("--int8-queries", action="store_true")
     args = ap.parse_args()
     threads = os.cpu_count() or 1
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
-    kb = KnowledgeBase(args.kb_dir, "dense", ef_search=args.ef_search)
+    kb = KnowledgeBase(args.kb_dir, "dense", ef_search=args.ef_search, int8_queries=args.int8_queries)
     uvicorn.run(create_app(kb), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)

@@ -89,6 +89,7 @@ def serve(
     ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
     nprobe: Optional[int] = typer.Option(None, help="IVF nprobe (recall vs speed)"),
     mmap_index: bool = typer.Option(False, help="memory-map the FAISS index instead of reading it into RAM"),
+    int8_queries: bool = typer.Option(False, help="encode queries with an int8-quantised encoder (CPU, ~2.5x faster)"),
     threads: Optional[int] = typer.Option(None, help="CPU threads for the encoder and FAISS (default: all cores)"),
     default_topk: int = typer.Option(3),
     max_topk: int = typer.Option(100),
@@ -107,7 +108,8 @@ def serve(
     try:
         limits = ServerLimits(default_topk=default_topk, max_topk=max_topk, max_queries=max_queries,
                               max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms)
-        kb = KnowledgeBase(kb_dir, retriever, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index)  # type: ignore[arg-type]
+        kb = KnowledgeBase(kb_dir, retriever, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index,
+                           int8_queries=int8_queries)  # type: ignore[arg-type]
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever}) on http://{host}:{port}")

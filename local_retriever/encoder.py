@@ -66,23 +66,33 @@ class Encoder:
         if self.device != "cpu":
             self.model.half()
         self.dim = int(self.model.config.hidden_size)
+        self.int8 = False
         # HF fast tokenizers are not safe to call from several threads at once.
         self._lock = threading.Lock()
 
     def encode(self, texts: list[str], kind: Literal["query", "passage"] = "query", batch_size: int | None = None) -> np.ndarray:
         prefix = self.config.query_prefix if kind == "query" else self.config.passage_prefix
-        texts = [prefix + t for t in texts]
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            ids = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=self.config.max_length)["input_ids"]
+        # Batches of similar length waste little compute on padding: a micro-batch of queries
+        # mixes 5-token and 40-token questions.
+        order = np.argsort([len(x) for x in ids], kind="stable")
         bs = batch_size or self.config.batch_size
-        out = [self._encode_batch(texts[i : i + bs]) for i in range(0, len(texts), bs)]
-        return np.concatenate(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), bs):
+            chunk = order[start : start + bs]
+            out[chunk] = self._encode_ids([ids[i] for i in chunk])
+        return out
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+    def _encode_ids(self, ids: list[list[int]]) -> np.ndarray:
         import torch
 
-        with self._lock, torch.inference_mode():
-            batch = self.tokenizer(
-                texts, padding=True, truncation=True, max_length=self.config.max_length, return_tensors="pt"
-            ).to(self.device)
+        with self._lock:
+            batch = self.tokenizer.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+        batch = batch.to(self.device)
+        with torch.inference_mode():
             hidden = self.model(**batch).last_hidden_state
             if self.pooling == "cls":
                 emb = hidden[:, 0]
@@ -93,5 +103,22 @@ class Encoder:
                 emb = torch.nn.functional.normalize(emb.float(), dim=-1)
             return emb.float().cpu().numpy()
 
+    def quantize_int8(self) -> None:
+        """Dynamic int8 quantisation of the linear layers (CPU): ~2.5x faster query encoding.
+
+        Used for queries against an index built in fp32; benchmarks/retrieval_quality.py measures
+        the recall it costs.
+        """
+        import warnings
+
+        import torch
+
+        if self.device != "cpu":
+            raise ValueError("int8 query encoding is for CPU serving; on a GPU the encoder already runs in fp16")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch marks eager quantisation as deprecated; it still works
+            self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+        self.int8 = True
+
     def describe(self) -> dict:
-        return {**self.config.model_dump(), "pooling": self.pooling, "dim": self.dim}
+        return {**self.config.model_dump(), "pooling": self.pooling, "dim": self.dim, "int8": self.int8}

@@ -26,6 +26,7 @@ class KnowledgeBase:
         nprobe: int | None = None,
         mmap_index: bool = False,
         device: str | None = None,
+        int8_queries: bool = False,
     ):
         self.dir = Path(kb_dir)
         self.manifest = Manifest.load(self.dir)
@@ -42,6 +43,8 @@ class KnowledgeBase:
 
             self.dense = DenseIndex(self.dir / self.manifest.dense_index, ef_search, nprobe, mmap_index)
             self.encoder = Encoder(self.manifest.encoder, device=device)
+            if int8_queries:
+                self.encoder.quantize_int8()
             if self.encoder.dim != self.dense.dim:
                 raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.dense.dim}: wrong --encoder for this index")
         if retriever in ("bm25", "hybrid"):

@@ -8,6 +8,7 @@ never hold a lock: searches go through the micro-batcher, page reads through SQL
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -88,7 +89,12 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
     batcher = MicroBatcher(kb.search, limits.max_batch, limits.max_wait_ms)
     started = time.time()
     counters = {"retrieve_requests": 0, "queries": 0, "access_requests": 0, "errors_4xx": 0, "errors_5xx": 0}
-    app = FastAPI(title="asearcher local knowledge base", version="1")
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        batcher.close()
+
+    app = FastAPI(title="asearcher local knowledge base", version="1", lifespan=lifespan)
     app.state.kb, app.state.batcher, app.state.limits = kb, batcher, limits
 
     @app.exception_handler(ApiError)
@@ -155,10 +161,6 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
             **counters,
             "limits": limits.model_dump(),
         })
-
-    @app.on_event("shutdown")
-    async def _close():
-        batcher.close()
 
     return app
 

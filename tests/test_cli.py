@@ -1,0 +1,50 @@
+"""The `asearcher kb` commands as a user runs them: real processes, real server."""
+
+import json
+import subprocess
+import sys
+
+from local_retriever.quickstart import start_server, wait_healthy
+from tests.http_helpers import free_port
+
+CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
+
+
+def run(*args, timeout=600):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_build_reports_skipped_lines_and_strict_fails_with_line_number(tmp_path):
+    src = tmp_path / "corpus.jsonl"
+    src.write_text('{"id": "0", "contents": "\\"Luanda\\"\\nLuanda is the capital of Angola."}\n{broken\n'
+                   '{"id": "1", "title": "Oslo", "text": "Oslo is the capital of Norway."}\n')
+    ok = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")
+    assert ok.returncode == 0, ok.stderr
+    assert "skipped_lines" in ok.stderr and "corpus.jsonl:2: invalid JSON" in ok.stderr
+    strict = run("kb", "build", str(src), str(tmp_path / "kb2"), "--no-dense", "--strict")
+    assert strict.returncode == 2 and "corpus.jsonl:2" in strict.stderr and "Traceback" not in strict.stderr
+    again = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_serve_refuses_bad_arguments_clearly(tmp_path):
+    missing = run("kb", "serve", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "not a knowledge base" in missing.stderr
+    bad = run("kb", "serve", str(tmp_path), "--retriever", "magic")
+    assert bad.returncode == 2 and "unknown retriever 'magic'" in bad.stderr
+
+
+def test_serve_and_query_processes(sample_kb):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(sample_kb, port, "bm25")
+    try:
+        health = wait_healthy(url, proc)
+        assert health["retriever"] == "bm25" and health["corpus_size"] > 1000
+        out = run("kb", "query", "Who wrote A Modest Proposal?", "--url", url, "--topk", "2", "--json")
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert result[0][0]["document"]["title"] == "A Modest Proposal"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
