@@ -35,6 +35,7 @@ setup(
         "rich>=13.7",
         "tqdm>=4.66",
         "psutil>=5.9",
+        "pyyaml>=6.0",
     ],
     extras_require={
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],

@@ -22,7 +22,7 @@ console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    typer.echo(f"error: {message}", err=True)  # plain text: a path must not be wrapped mid-word
     raise typer.Exit(2)
 
 
@@ -71,7 +71,7 @@ def build(
         table.add_row(key, str(getattr(manifest, key)))
     console.print(table)
     for err in report.errors[:5]:
-        console.print(f"[yellow]skipped[/yellow] {err}")
+        typer.echo(f"skipped {err}", err=True)
 
 
 def _sample_source() -> Path:

@@ -38,3 +38,11 @@ def kb_server(hybrid_kb):
     app = BodyLimit(create_app(hybrid_kb, limits), limits.max_body_bytes)
     with serve_app(app) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny random Qwen2 model with its tokenizer trained on the sample corpus."""
+    from asearcher_plugin.engines.tiny_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny")

@@ -1,0 +1,1 @@
+"""Agent logic: action grammar, prompts per agent type."""

@@ -1,0 +1,64 @@
+"""Prompts per agent type and how tool output is shown to the model."""
+
+from __future__ import annotations
+
+SEARCH_R1 = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge "
+    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+ASEARCHER = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant answers it. "
+    "The Assistant thinks inside <think> </think>, then takes exactly one action per turn: "
+    "<search> query </search> to search the knowledge base, <access> url </access> to read a page "
+    "(access the same url again to read its next part), or <answer> short answer </answer> to finish. "
+    "Results appear between <information> and </information>. Note: the question is a valid question and you "
+    "should try to find a correct answer.\n\nUser: {question}\n\nAssistant: \n<think>"
+)
+
+# The reasoning agent rebuilds its prompt each call from the question and the recent history.
+ASEARCHER_REASONING = (
+    "You are a research agent answering a question with a search engine and a web browser.\n"
+    "Question: {question}\n\nReasoning history (most recent last):\n{history}\n\n"
+    "Think inside <think> </think>, then take exactly one action: <search> query </search>, "
+    "<access> url </access>, or <answer> short answer </answer> once you are confident."
+)
+
+TEMPLATES = {"search-r1": SEARCH_R1, "asearcher": ASEARCHER, "asearcher-reasoning": ASEARCHER_REASONING}
+ALLOWED_ACTIONS = {
+    "search-r1": ("search", "answer"),
+    "asearcher": ("search", "access", "answer"),
+    "asearcher-reasoning": ("search", "access", "answer"),
+}
+
+
+def build_prompt(agent_type: str, question: str) -> str:
+    question = question.strip()
+    if agent_type == "search-r1" and not question.endswith("?"):
+        question += "?"
+    if agent_type == "asearcher-reasoning":
+        return ASEARCHER_REASONING.format(question=question, history="(none yet)")
+    return TEMPLATES[agent_type].format(question=question)
+
+
+def information(body: str) -> str:
+    return f"\n\n<information>{body}</information>\n\n"
+
+
+def format_docs(docs: list[dict], max_chars: int) -> str:
+    if not docs:
+        return "No search results are found."
+    parts = []
+    for i, doc in enumerate(docs, 1):
+        text = doc.get("text") or doc.get("contents", "")
+        url = doc.get("url", "")
+        parts.append(f"Doc {i}(Title: {doc.get('title', '')}) [{url}] {text[:max_chars]}")
+    return "\n".join(parts)
+
+
+def invalid_feedback(error: str) -> str:
+    return f"\nMy previous action is invalid: {error} Let me try again.\n"

@@ -1,0 +1,101 @@
+"""Agent configuration: a YAML file named by `ASEARCHER_CONFIG`, validated when the agent loads.
+
+Every field has a default, so an empty file (or no file) gives a Search-R1-style agent on a
+local knowledge base at http://127.0.0.1:5005. A wrong field fails at load time, naming it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+CONFIG_ENV = "ASEARCHER_CONFIG"
+AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning"]
+AGENT_TYPES = ("search-r1", "asearcher", "asearcher-reasoning")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalToolsConfig(_Strict):
+    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:5005"], description="knowledge-base servers")
+    timeout: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)
+
+
+class WebToolsConfig(_Strict):
+    serper_api_key_env: str = "SERPER_API_KEY"
+    jina_api_key_env: str = "JINA_API_KEY"
+    serper_url: str = "https://google.serper.dev/search"
+    jina_url: str = "https://r.jina.ai/"
+    timeout: float = Field(30.0, gt=0)
+    retries: int = Field(3, ge=0)
+    per_host_rps: float = Field(5.0, gt=0, description="requests per second to any one host")
+    cache_dir: Optional[str] = Field(None, description="on-disk cache shared by all rollouts on a machine")
+    max_page_bytes: int = Field(5_000_000, gt=0)
+    allow_private_hosts: list[str] = Field(default_factory=list, description="hosts exempt from the URL guard")
+
+
+class ToolsConfig(_Strict):
+    backend: Literal["local", "web"] = "local"
+    topk: int = Field(3, ge=1, le=50)
+    max_doc_chars: int = Field(1500, ge=50, description="characters of each search result shown")
+    page_chunk_chars: int = Field(5000, ge=200, description="an accessed page is read in chunks of this size")
+    max_page_chunks: int = Field(10, ge=1)
+    local: LocalToolsConfig = Field(default_factory=LocalToolsConfig)
+    web: WebToolsConfig = Field(default_factory=WebToolsConfig)
+
+
+class JudgeConfig(_Strict):
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "judge"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = Field(60.0, gt=0)
+    retries: int = Field(2, ge=0)
+
+
+class RewardConfig(_Strict):
+    metric: Literal["f1", "em", "asearcher_f1", "cover_em", "substring", "judge"] = "f1"
+    format_factor: bool = Field(True, description="multiply the score by 1 if every action was valid, else 0")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+
+
+class AgentConfig(_Strict):
+    agent_type: AgentType = "search-r1"
+    max_turns: int = Field(10, ge=1, le=1024)
+    max_new_tokens_per_turn: int = Field(512, ge=1, description="cap on one turn; the total budget is --data.max_len")
+    wrap_prompt: bool = Field(True, description="wrap the dataset question in the agent's prompt template")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
+    """Loads `path`, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+    import yaml
+
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return AgentConfig()
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{CONFIG_ENV}={path}: file not found")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = data.get("agent", data)  # a recipe keeps the agent section under `agent:`
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None

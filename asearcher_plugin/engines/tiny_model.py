@@ -1,0 +1,64 @@
+"""`asearcher make-tiny-model DIR`: a tiny random Qwen2-architecture model for smoke tests anywhere.
+
+No model hub is needed: the byte-level BPE tokenizer is trained on the bundled Wikipedia sample,
+the weights are randomly initialised from a seed, and a ChatML chat template is attached. Its
+outputs are noise; it exists to run the whole machinery (agent, engines, scheduler) on a laptop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# The action tags become single tokens, so even a random model emits whole actions now and then.
+ACTION_TOKENS = ["<think>", "</think>", "<search>", "</search>", "<access>", "</access>", "<answer>", "</answer>",
+                 "<information>", "</information>"]
+
+
+def _sample_texts(limit_chars: int = 3_000_000):
+    from local_retriever.sample import sample_dump_path
+    from local_retriever.wikitext import clean_wikitext
+    from local_retriever.wikixml import iter_pages
+
+    total = 0
+    for page in iter_pages(sample_dump_path()):
+        if page.ns == 0 and not page.redirect:
+            text = clean_wikitext(page.text)
+            total += len(text)
+            yield text
+            if total > limit_chars:
+                return
+
+
+def make_tiny_model(out_dir: str | Path, vocab_size: int = 4096, hidden_size: int = 64, layers: int = 2,
+                    heads: int = 4, kv_heads: int = 2, max_positions: int = 8192, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + ACTION_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_sample_texts(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=max_positions, tie_word_embeddings=True,
+                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=None)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = fast.eos_token_id
+    model.save_pretrained(out)
+    return out
