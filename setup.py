@@ -26,7 +26,7 @@ setup(
         "mwparserfromhell>=0.6.6",
         "gensim>=4.3",
         "fastapi>=0.110",
-        "uvicorn>=0.29",
+        "uvicorn[standard]>=0.29",
         "httpx>=0.27",
         "tenacity>=8.2",
         "pydantic>=2.5",

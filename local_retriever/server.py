@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from .batcher import MicroBatcher
@@ -44,9 +45,10 @@ class AccessRequest(BaseModel):
     urls: list[StrictStr]
 
 
-class ApiError(Exception):
+class ApiError(HTTPException):
+    # An HTTPException, so FastAPI re-raises it from body parsing instead of turning it into a 400.
     def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
+        super().__init__(status_code=status, detail=message)
         self.status, self.code, self.message = status, code, message
 
 
