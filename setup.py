@@ -36,6 +36,10 @@ setup(
         "tqdm>=4.66",
         "psutil>=5.9",
         "pyyaml>=6.0",
+        "trafilatura>=1.8",
+        "lxml_html_clean>=0.1",  # trafilatura needs it with lxml >= 5.2
+        "markdownify>=0.12",
+        "beautifulsoup4>=4.12",
     ],
     extras_require={
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],

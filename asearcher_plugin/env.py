@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - exercised on installs without the [tra
 
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action
 from asearcher_plugin.agent.prompts import ALLOWED_ACTIONS, build_prompt, format_docs, information, invalid_feedback
-from asearcher_plugin.config import AgentConfig, load_config
+from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.reward import format_factor, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
@@ -44,9 +44,10 @@ class AgentInstance(AgentInstanceBase):
         self.answer: str | None = None
         self.page_cursor: dict[str, int] = {}
         self.scores: dict[str, float] = {}
+        self.question = ""
 
     async def reset(self, states: dict, **kwargs) -> dict:
-        question = states["observation"]
+        question = self.question = states["observation"]
         observation = build_prompt(self.config.agent_type, question) if self.config.wrap_prompt else question
         return {"observation": observation, "label": states.get("label")}
 
@@ -63,7 +64,7 @@ class AgentInstance(AgentInstanceBase):
             feedback = await self._run_tool(action.kind, action.argument)
         if not done and self.turns >= self.config.max_turns:
             done = True
-        reward = self.final_reward(states.get("label")) if done else 0.0
+        reward = await self.final_reward(states.get("label")) if done else 0.0
         return {"rewards": _tensor(reward), "scores": _tensor(reward), "environment_feedback": "" if done else feedback,
                 "done": done, "extra_logs": self.extra_logs()}
 
@@ -95,10 +96,18 @@ class AgentInstance(AgentInstanceBase):
         more = f" Access it again to read part {k + 2}." if k + 1 < len(chunks) else ""
         return f">>>> Page {k + 1} of {len(chunks)} >>>>{more}\n{chunks[k]}"
 
-    def final_reward(self, label) -> float:
-        self.scores = score_all(self.answer, parse_gold(label))
+    async def final_reward(self, label) -> float:
+        golds = parse_gold(label)
+        self.scores = score_all(self.answer, golds)
         metric = self.config.reward.metric
         score = self.scores.get(metric, self.scores["f1"])
+        if metric == "judge" and self.answer is not None:
+            from asearcher_plugin.judge import JudgeUnavailable, judge
+
+            try:
+                self.scores["judge"] = score = float(await judge(self.question, self.answer, golds, self.config.reward.judge))
+            except JudgeUnavailable:
+                self.scores["judge_fallback"] = 1.0  # scored with F1 instead; visible in the logs
         if self.config.reward.format_factor:
             score *= format_factor(self.invalid, self.answer is not None)
         return score
@@ -114,8 +123,14 @@ class AgentInstance(AgentInstanceBase):
 class AgentExecutor(AgentExecutorBase):
     """Runs one trajectory: generate until a closing action tag, step the environment, repeat."""
 
-    def __init__(self, config: AgentConfig | None = None):
+    def __init__(self, config: AgentConfig | None = None, for_training: bool = True):
         self.config = config or load_config()
+        if for_training and self.config.agent_type == "asearcher-reasoning":
+            # Its prompt is rebuilt from the question and the last 25,000 characters of history at
+            # every call, so the trajectory is not one token sequence: OpenRLHF could not mask or
+            # score it. It serves evaluation and synthesis (for_training=False).
+            raise ConfigError("agent_type 'asearcher-reasoning' rebuilds its prompt each call and cannot be trained "
+                              "through OpenRLHF; use 'asearcher' or 'search-r1' for training")
         self._toolboxes: dict[int, object] = {}  # one per event loop: HTTP clients are loop-bound
 
     def _toolbox(self):
@@ -126,6 +141,8 @@ class AgentExecutor(AgentExecutorBase):
         return box
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        if self.config.agent_type == "asearcher-reasoning":
+            return await self._execute_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         agent = AgentInstance(self.config, self._toolbox())
         observation = (await agent.reset({"observation": prompt, "label": label}))["observation"]
         tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
@@ -162,13 +179,50 @@ class AgentExecutor(AgentExecutorBase):
                     logprobs += [0.0] * len(fb)
             observation = observation + out.text + (feedback or "")
         if not done:
-            reward = agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
+            reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
         logs = agent.extra_logs()
         logs["truncated"] = float(truncated)
         return {"prompt": prompt, "label": label, "images": images, "mm_train_inputs": None,
                 "observation_tokens": tokens, "action_ranges": action_ranges, "rollout_log_probs": logprobs,
                 "reward": reward, "scores": reward, "truncated": truncated, "extra_logs": logs,
                 "answer": agent.answer, "text": observation}
+
+
+    async def _execute_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
+        """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
+        agent = AgentInstance(self.config, self._toolbox())
+        agent.question = prompt
+        history, done, calls, tokens_used = "", False, 0, 0
+        while not done:
+            text = build_rebuilt_prompt(prompt, history)
+            if getattr(hf_tokenizer, "chat_template", None):
+                text = hf_tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                        add_generation_prompt=True)
+            ids = hf_tokenizer(text=text, add_special_tokens=False)["input_ids"][-(max_length - 1):]
+            budget = min(self.config.max_new_tokens_per_turn, max_length - len(ids))
+            params = with_overrides(sampling_params, max_tokens=max(1, budget), stop=list(STOP_STRINGS),
+                                    include_stop_str_in_output=True)
+            out = (await llm_engine.generate(ids, params)).outputs[0]
+            calls += 1
+            tokens_used += len(ids) + len(out.token_ids)
+            result = await agent.step({"action_text": out.text, "label": label})
+            done = result["done"]
+            history += out.text + (result["environment_feedback"] or "")
+        reward = float(result["rewards"].item())
+        logs = {**agent.extra_logs(), "llm_calls": float(calls), "tokens_processed": float(tokens_used), "truncated": 0.0}
+        return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
+                "answer": agent.answer, "text": history, "truncated": False, "observation_tokens": None,
+                "action_ranges": None, "rollout_log_probs": None}
+
+
+REASONING_HISTORY_CHARS = 25_000
+
+
+def build_rebuilt_prompt(question: str, history: str) -> str:
+    from asearcher_plugin.agent.prompts import ASEARCHER_REASONING
+
+    recent = history[-REASONING_HISTORY_CHARS:] if history else "(none yet)"
+    return ASEARCHER_REASONING.format(question=question.strip(), history=recent)
 
 
 def agent_file() -> Path:

@@ -134,3 +134,58 @@ def test_tools_through_the_agent_instance(agent_config, kb_server):
         assert "search failed" in s["environment_feedback"] and s["extra_logs"]["tool_errors"] == 1.0 and not s["done"]
 
     asyncio.run(run())
+
+
+def test_step_never_raises_on_adversarial_output():
+    """Any model output through step(): no exception, an invalid action counted, the trajectory goes on."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.tools import make_toolbox
+
+    config = AgentConfig(agent_type="asearcher", max_turns=1000)
+    config.tools.local.urls = ["http://127.0.0.1:9"]  # nothing listens: every tool call fails fast
+    config.tools.local.retries = 0
+
+    texts = st.one_of(
+        st.text(max_size=200),
+        st.builds(lambda t, q: f"<{t}>{q}", st.sampled_from(["search", "access", "answer", "think"]), st.text(max_size=50)),
+        st.builds(lambda q, n: f"<search>{q * n}</search>", st.text(min_size=1, max_size=20), st.integers(500, 1000)),
+        st.just("<search>a</search><access>b</access>"),
+        st.just("<answer></answer>"),
+        st.binary(max_size=100).map(lambda b: b.decode("latin-1")),
+    )
+
+    @settings(max_examples=150, deadline=None)
+    @given(texts)
+    def check(text):
+        async def run():
+            box = make_toolbox(config)
+            agent = AgentInstance(config, box)
+            result = await agent.step({"action_text": text, "label": "x"})
+            await box.aclose()
+            return agent, result
+
+        agent, result = asyncio.run(run())
+        assert isinstance(result["environment_feedback"], str) and isinstance(result["done"], bool)
+        assert float(result["rewards"].item()) in (0.0, 1.0)
+        logs = result["extra_logs"]
+        assert logs["invalid_actions"] + logs["searches"] + logs["accesses"] + logs["answered"] == 1
+
+    check()
+
+
+def test_reasoning_agent_is_refused_for_training_and_runs_for_eval(tiny_model, kb_server):
+    from asearcher_plugin.config import AgentConfig, ConfigError
+    from asearcher_plugin.env import AgentExecutor
+
+    config = AgentConfig(agent_type="asearcher-reasoning", max_turns=3, max_new_tokens_per_turn=16)
+    config.tools.local.urls = [kb_server]
+    with pytest.raises(ConfigError, match="cannot be trained"):
+        AgentExecutor(config)
+    engine = HFEngine(str(tiny_model), seed=2)
+    result = asyncio.run(AgentExecutor(config, for_training=False).execute(
+        "Who wrote Animal Farm?", "George Orwell", SamplingParams(temperature=1.0), 2048, engine.tokenizer, engine))
+    assert result["extra_logs"]["llm_calls"] == 3 and result["observation_tokens"] is None
