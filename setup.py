@@ -43,7 +43,9 @@ setup(
     ],
     extras_require={
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],
-        "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9"],
+        "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
+                 # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
+                 "sympy", "pylatexenc"],
     },
     entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},
 )

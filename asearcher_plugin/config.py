@@ -69,6 +69,8 @@ class AgentConfig(_Strict):
     max_turns: int = Field(10, ge=1, le=1024)
     max_new_tokens_per_turn: int = Field(512, ge=1, description="cap on one turn; the total budget is --data.max_len")
     wrap_prompt: bool = Field(True, description="wrap the dataset question in the agent's prompt template")
+    feedback_style: Literal["information", "chat"] = Field(
+        "information", description="tool output inline as <information> (base models) or as a user turn in the chat template")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
 

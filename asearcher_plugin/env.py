@@ -19,7 +19,8 @@ except ImportError:  # pragma: no cover - exercised on installs without the [tra
     from asearcher_plugin.agent.bases import AgentExecutorBase, AgentInstanceBase
 
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action
-from asearcher_plugin.agent.prompts import ALLOWED_ACTIONS, build_prompt, format_docs, information, invalid_feedback
+from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_feedback, chat_prompt, format_docs, information,
+                                            invalid_feedback)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.reward import format_factor, parse_gold, score_all
@@ -145,6 +146,9 @@ class AgentExecutor(AgentExecutorBase):
             return await self._execute_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         agent = AgentInstance(self.config, self._toolbox())
         observation = (await agent.reset({"observation": prompt, "label": label}))["observation"]
+        chat = self.config.feedback_style == "chat"
+        if chat and self.config.wrap_prompt:
+            observation = chat_prompt(hf_tokenizer, observation)
         tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
         cap = self.config.max_new_tokens_per_turn
         tokens = tokens[-max(1, max_length - min(cap, max_length // 2)):]  # leave room for at least one turn
@@ -172,6 +176,8 @@ class AgentExecutor(AgentExecutorBase):
             done = result["done"]
             reward = float(result["rewards"].item())
             feedback = result["environment_feedback"]
+            if feedback and chat:
+                feedback = chat_feedback(hf_tokenizer, feedback.strip())
             if feedback and not done:
                 fb = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(tokens)]
                 tokens = tokens + fb

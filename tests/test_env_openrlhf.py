@@ -189,3 +189,22 @@ def test_reasoning_agent_is_refused_for_training_and_runs_for_eval(tiny_model, k
     result = asyncio.run(AgentExecutor(config, for_training=False).execute(
         "Who wrote Animal Farm?", "George Orwell", SamplingParams(temperature=1.0), 2048, engine.tokenizer, engine))
     assert result["extra_logs"]["llm_calls"] == 3 and result["observation_tokens"] is None
+
+
+def test_chat_feedback_style_uses_the_chat_template(tiny_model, kb_server):
+    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.env import AgentExecutor
+
+    config = AgentConfig(agent_type="search-r1", max_turns=2, max_new_tokens_per_turn=12, feedback_style="chat")
+    config.tools.local.urls = [kb_server]
+    engine = HFEngine(str(tiny_model), seed=4)
+    result = asyncio.run(AgentExecutor(config).execute("Who wrote Animal Farm?", "George Orwell",
+                                                       SamplingParams(temperature=1.0), 1024, engine.tokenizer, engine))
+    text = result["text"]
+    assert text.startswith("<|im_start|>user\n") and text.count("<|im_start|>assistant\n") == result["extra_logs"]["turns"]
+    # Tool or correction turns are user turns of the template, and their tokens are outside every action range.
+    assert "<|im_end|>\n<|im_start|>user\n" in text
+    tokens, ranges = result["observation_tokens"], result["action_ranges"]
+    user_id = engine.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    in_action = {i for s, e in ranges for i in range(s, e)}
+    assert all(i not in in_action for i, t in enumerate(tokens) if t == user_id)

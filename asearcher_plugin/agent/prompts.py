@@ -62,3 +62,27 @@ def format_docs(docs: list[dict], max_chars: int) -> str:
 
 def invalid_feedback(error: str) -> str:
     return f"\nMy previous action is invalid: {error} Let me try again.\n"
+
+
+_SENTINEL = "\x00end-of-assistant\x00"
+
+
+def chat_feedback(tokenizer, content: str) -> str:
+    """Tool output as a user turn in the model's own chat template, for chat (instruct) models.
+
+    Rendered as the difference between two conversations, so it works for any template that
+    copies the assistant's text verbatim: what follows the assistant's words is the end of its
+    turn, the tool turn, and the opening of the next assistant turn.
+    """
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": _SENTINEL},
+         {"role": "user", "content": content}],
+        tokenize=False, add_generation_prompt=True)
+    cut = rendered.find(_SENTINEL)
+    if cut < 0:
+        return f"\n\n{content}\n\n"
+    return rendered[cut + len(_SENTINEL):]
+
+
+def chat_prompt(tokenizer, text: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
