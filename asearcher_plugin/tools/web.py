@@ -38,10 +38,12 @@ class WebToolBox(ToolBox):
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    def _retrying(self) -> AsyncRetrying:
+        return AsyncRetrying(stop=stop_after_attempt(self.cfg.retries + 1), reraise=True,
+                             wait=wait_random_exponential(multiplier=0.5, max=10), retry=retry_if_exception_type(_Transient))
+
     async def _request(self, method: str, url: str, **kw) -> httpx.Response:
-        async for attempt in AsyncRetrying(stop=stop_after_attempt(self.cfg.retries + 1), reraise=True,
-                                           wait=wait_random_exponential(multiplier=0.5, max=10),
-                                           retry=retry_if_exception_type(_Transient)):
+        async for attempt in self._retrying():
             with attempt:
                 await self.limiter.wait(urlsplit(url).hostname or "")
                 try:
@@ -111,9 +113,7 @@ class WebToolBox(ToolBox):
         raise ToolError(f"access failed: more than {MAX_REDIRECTS} redirects")
 
     async def _fetch_capped(self, url: str) -> tuple[bytes, httpx.Response]:
-        async for attempt in AsyncRetrying(stop=stop_after_attempt(self.cfg.retries + 1), reraise=True,
-                                           wait=wait_random_exponential(multiplier=0.5, max=10),
-                                           retry=retry_if_exception_type(_Transient)):
+        async for attempt in self._retrying():
             with attempt:
                 await self.limiter.wait(urlsplit(url).hostname or "")
                 try:
