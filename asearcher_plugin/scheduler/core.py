@@ -1,0 +1,175 @@
+"""A framework-free streaming rollout scheduler.
+
+Up to `max_concurrent` prompt groups are in flight at all times; as soon as any group finishes,
+another prompt is admitted. `next_batch()` hands out B complete groups as soon as B are ready,
+oldest admitted first, while stragglers keep running into the next training step.
+
+Staleness (AReaL's rule): with policy version v and batch size B, the number of groups ever
+admitted is kept <= (eta + v + 1) * B. So a group consumed by the update that makes version v+1
+was admitted no earlier than version v - eta: no trajectory is staler than eta versions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Group:
+    """The n trajectories of one prompt, with the policy versions they saw."""
+
+    index: int  # admission order
+    prompt: Any
+    samples: list = field(default_factory=list)
+    admitted_version: int = 0
+    finished_version: int = 0
+    admitted_at: float = 0.0
+    finished_at: float = 0.0
+    attempts: int = 0
+
+
+RunGroup = Callable[[Any], Awaitable[list]]
+
+
+class StreamingScheduler:
+    def __init__(self, run_group: RunGroup, prompts: Iterator[Any], batch_size: int, max_concurrent: int,
+                 max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1):
+        if batch_size < 1 or max_concurrent < 1 or max_staleness < 0:
+            raise ValueError("batch_size and max_concurrent must be >= 1 and max_staleness >= 0")
+        self.run_group, self.prompts = run_group, iter(prompts)
+        self.batch_size, self.max_concurrent, self.eta = batch_size, max_concurrent, max_staleness
+        self.keep_group, self.max_retries = keep_group, max_retries
+        self.version = 0
+        self.admitted = 0  # groups counted against the staleness budget
+        self.prompts_drawn = 0
+        self.exhausted = False
+        self._retry: list[Group] = []
+        self._in_flight: dict[asyncio.Task, Group] = {}
+        self._ready: list[Group] = []
+        self._counter = itertools.count()
+        self._changed = asyncio.Event()
+        self._ready_event = asyncio.Event()
+        self._pump_task: Optional[asyncio.Task] = None
+        self.stats = {"finished": 0, "filtered": 0, "failed": 0, "retried": 0, "consumed": 0, "stale_dropped": 0}
+
+    # -- what the trainer calls ------------------------------------------------------------
+    def start(self) -> None:
+        """Starts admitting prompts; in-flight groups keep running while the trainer trains."""
+        if self._pump_task is None:
+            self._pump_task = asyncio.ensure_future(self._pump())
+
+    def set_version(self, version: int) -> None:
+        """After each weight update: a newer policy lets more groups in, and too-old ones out."""
+        self.version = version
+        self._drop_stale()
+        self._changed.set()
+
+    async def next_batch(self) -> list[Group]:
+        """B finished groups, oldest admitted first. Raises EOFError when the prompts are used up."""
+        self.start()
+        while len(self._ready) < self.batch_size:
+            if self._pump_task.done():
+                self._pump_task.result()  # re-raise a scheduler crash rather than hang
+                if not self._ready:
+                    raise EOFError("no prompts left")
+                break  # the dataset ended: a last, smaller batch
+            self._ready_event.clear()
+            await self._ready_event.wait()
+        self._ready.sort(key=lambda g: g.index)
+        batch, self._ready = self._ready[: self.batch_size], self._ready[self.batch_size:]
+        self.stats["consumed"] += len(batch)
+        return batch
+
+    def in_flight(self) -> list[Group]:
+        return list(self._in_flight.values())
+
+    async def aclose(self) -> None:
+        tasks = list(self._in_flight) + ([self._pump_task] if self._pump_task else [])
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._in_flight.clear()
+
+    async def _pump(self) -> None:
+        try:
+            while True:
+                self._admit()
+                if not self._in_flight and self.exhausted and not self._retry:
+                    return
+                self._changed.clear()
+                waiter = asyncio.ensure_future(self._changed.wait())
+                await asyncio.wait([*self._in_flight, waiter], return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                self._collect()
+        finally:
+            self._ready_event.set()
+
+    # -- internals -------------------------------------------------------------------------
+    def capacity(self) -> int:
+        return (self.eta + self.version + 1) * self.batch_size
+
+    def _too_stale(self, group: Group) -> bool:
+        return self.version - group.admitted_version > self.eta
+
+    def _drop_stale(self) -> None:
+        """A straggler started more than eta versions ago can no longer be consumed: stop it, free its slot."""
+        for task, group in list(self._in_flight.items()):
+            if self._too_stale(group):
+                task.cancel()
+                del self._in_flight[task]
+                self.stats["stale_dropped"] += 1
+                self.admitted -= 1
+        fresh = [g for g in self._ready if not self._too_stale(g)]
+        self.stats["stale_dropped"] += len(self._ready) - len(fresh)
+        self.admitted -= len(self._ready) - len(fresh)
+        self._ready = fresh
+
+    def _admit(self) -> None:
+        while len(self._in_flight) < self.max_concurrent and (self._retry or self.admitted < self.capacity()):
+            if self._retry:
+                group = self._retry.pop(0)  # a retry keeps its place in the staleness budget
+            else:
+                if self.exhausted:
+                    return
+                try:
+                    prompt = next(self.prompts)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                self.prompts_drawn += 1
+                self.admitted += 1
+                group = Group(index=next(self._counter), prompt=prompt)
+            group.admitted_version, group.admitted_at = self.version, time.monotonic()
+            group.attempts += 1
+            task = asyncio.ensure_future(self.run_group(group.prompt))
+            self._in_flight[task] = group
+
+    def _collect(self) -> None:
+        for task in [t for t in self._in_flight if t.done()]:
+            group = self._in_flight.pop(task)
+            exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if exc is not None:
+                self.stats["failed"] += 1
+                log.warning("rollout of prompt %s failed (attempt %d): %r", group.index, group.attempts, exc)
+                if group.attempts <= self.max_retries:
+                    self.stats["retried"] += 1
+                    self._retry.append(group)
+                else:
+                    self.admitted -= 1  # frees its slot: it will never be consumed
+                continue
+            group.samples = task.result()
+            group.finished_version, group.finished_at = self.version, time.monotonic()
+            self.stats["finished"] += 1
+            if self.keep_group is not None and not self.keep_group(group):
+                self.stats["filtered"] += 1
+                self.admitted -= 1  # a filtered group is replaced by a new prompt
+                continue
+            self._ready.append(group)
+        self._ready_event.set()
