@@ -1,0 +1,111 @@
+"""The streaming scheduler core: streaming hand-over, staleness bound, failures, filtering, the end."""
+
+import asyncio
+import random
+
+import pytest
+
+from asearcher_plugin.scheduler import StreamingScheduler
+
+
+def make_runner(durations: dict, fail: set | None = None, seen: list | None = None):
+    fail = fail if fail is not None else set()
+
+    async def run(prompt):
+        if seen is not None:
+            seen.append(prompt)
+        await asyncio.sleep(durations.get(prompt, 0.001))
+        if prompt in fail:
+            fail.discard(prompt) if prompt % 2 else None  # odd prompts fail once, even ones always
+            raise RuntimeError(f"tool crashed on {prompt}")
+        return [prompt * 10 + i for i in range(2)]
+
+    return run
+
+
+def test_batches_stream_while_a_straggler_runs():
+    async def main():
+        durations = {0: 0.5}  # prompt 0 is a long trajectory
+        sched = StreamingScheduler(make_runner(durations), iter(range(40)), batch_size=4, max_concurrent=8, max_staleness=4)
+        first = await sched.next_batch()
+        assert [g.prompt for g in first] == [1, 2, 3, 4]  # not held back by prompt 0
+        assert any(g.prompt == 0 for g in sched.in_flight())
+        sched.set_version(1)
+        second = await sched.next_batch()
+        assert all(len(g.samples) == 2 for g in second)
+        await sched.aclose()
+
+    asyncio.run(main())
+
+
+def test_staleness_never_exceeds_eta_and_admission_respects_capacity():
+    rng = random.Random(0)
+    durations = {p: rng.choice([0.001, 0.002, 0.003, 0.05]) for p in range(400)}
+
+    async def main():
+        for eta in (0, 1, 3):
+            sched = StreamingScheduler(make_runner(durations), iter(range(400)), batch_size=5, max_concurrent=12,
+                                       max_staleness=eta)
+            for version in range(12):
+                batch = await sched.next_batch()
+                assert len(batch) == 5
+                assert all(version - g.admitted_version <= eta for g in batch)
+                assert sched.admitted <= sched.capacity()
+                await asyncio.sleep(0.004)  # a training step
+                sched.set_version(version + 1)
+            await sched.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_failing_rollout_is_retried_once_then_dropped():
+    async def main():
+        seen = []
+        sched = StreamingScheduler(make_runner({}, fail={3, 4}, seen=seen), iter(range(10)), batch_size=4,
+                                   max_concurrent=4, max_staleness=10)
+        prompts = []
+        try:
+            while True:
+                prompts += [g.prompt for g in await sched.next_batch()]
+        except EOFError:
+            pass
+        assert sorted(prompts) == [0, 1, 2, 3, 5, 6, 7, 8, 9]  # 3 succeeded on retry, 4 failed twice
+        assert seen.count(3) == 2 and seen.count(4) == 2
+        assert sched.stats["failed"] == 3 and sched.stats["retried"] == 2 and sched.prompts_drawn == 10
+
+    asyncio.run(main())
+
+
+def test_dynamic_filtering_replaces_groups_and_counts_prompts_exactly():
+    async def main():
+        keep = lambda g: g.prompt % 3 != 0  # noqa: E731 - e.g. all rewards equal
+        sched = StreamingScheduler(make_runner({}), iter(range(30)), batch_size=5, max_concurrent=6,
+                                   max_staleness=1, keep_group=keep)
+        got = []
+        for v in range(3):
+            got += [g.prompt for g in await sched.next_batch()]
+            sched.set_version(v + 1)
+        assert len(got) == 15 and all(p % 3 for p in got)
+        # Every prompt drawn from the dataset is accounted for: consumed, filtered, stale, or still pending.
+        pending = len(sched.in_flight()) + len(sched._ready)
+        assert sched.prompts_drawn == len(got) + sched.stats["filtered"] + sched.stats["stale_dropped"] + pending
+        assert sched.stats["filtered"] >= 5
+        await sched.aclose()
+
+    asyncio.run(main())
+
+
+def test_end_of_prompts_gives_a_last_smaller_batch_then_eof():
+    async def main():
+        sched = StreamingScheduler(make_runner({}), iter(range(7)), batch_size=5, max_concurrent=3, max_staleness=5)
+        assert len(await sched.next_batch()) == 5
+        assert [g.prompt for g in await sched.next_batch()] == [5, 6]
+        with pytest.raises(EOFError):
+            await sched.next_batch()
+
+    asyncio.run(main())
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        StreamingScheduler(make_runner({}), iter([]), batch_size=0, max_concurrent=1)
