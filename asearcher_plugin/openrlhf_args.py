@@ -1,0 +1,80 @@
+"""OpenRLHF 0.11.2's own argument parser and argument checks, run without importing its CLI.
+
+`openrlhf/cli/train_ppo_ray.py` builds its parser and checks its arguments inside
+`if __name__ == "__main__":`, and importing the module needs Ray, vLLM and DeepSpeed. So the
+`__main__` block is read from the installed source and executed with the final `train(args)`
+call removed: the flags, types, choices and every CPU-checkable assert are OpenRLHF's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib.util
+import io
+from datetime import datetime
+from pathlib import Path
+
+
+class RecipeFlagError(ValueError):
+    pass
+
+
+def train_ppo_ray_source() -> Path:
+    spec = importlib.util.find_spec("openrlhf")
+    if spec is None or not spec.submodule_search_locations:
+        raise RecipeFlagError("openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 to check recipes)")
+    return Path(list(spec.submodule_search_locations)[0]) / "cli" / "train_ppo_ray.py"
+
+
+def _main_block(source: str) -> ast.Module:
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            body = [n for n in node.body if not _calls(n, "train") and not _uses(n, "use_ms")]
+            return ast.Module(body=body, type_ignores=[])
+    raise RecipeFlagError("no __main__ block in train_ppo_ray.py: unexpected OpenRLHF version")
+
+
+def _calls(node: ast.stmt, name: str) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == name
+
+
+def _uses(node: ast.stmt, attr: str) -> bool:
+    return isinstance(node, ast.If) and attr in ast.unparse(node.test)
+
+
+def known_flags() -> dict[str, argparse.Action]:
+    parser = _parser()
+    return {opt: action for action in parser._actions for opt in action.option_strings}
+
+
+def _parser() -> argparse.ArgumentParser:
+    source = train_ppo_ray_source().read_text()
+    block = _main_block(source)
+    upto = [n for n in block.body if not (isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))]
+    cut = next(i for i, n in enumerate(block.body) if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))
+    ns = {"argparse": argparse, "datetime": datetime, "os": __import__("os")}
+    exec(compile(ast.Module(body=upto[:cut], type_ignores=[]), "train_ppo_ray.py", "exec"), ns)
+    return ns["parser"]
+
+
+def check_args(argv: list[str]):
+    """Parses `argv` with OpenRLHF's parser and runs its post-parse checks; returns the hierarchical args."""
+    source = train_ppo_ray_source().read_text()
+    block = _main_block(source)
+    ns = {"argparse": argparse, "datetime": datetime, "os": __import__("os"), "__name__": "recipe_check"}
+    code = ast.unparse(block).replace("parser.parse_args()", "parser.parse_args(__argv__)")
+    ns["__argv__"] = list(argv)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "train_ppo_ray.py", "exec"), ns)
+    except SystemExit:
+        raise RecipeFlagError(err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid flags") from None
+    except AssertionError as exc:
+        raise RecipeFlagError(f"OpenRLHF refuses these arguments: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - OpenRLHF's own post-parse code tripping on the combination
+        raise RecipeFlagError(f"OpenRLHF's argument handling failed: {type(exc).__name__}: {exc}") from None
+    return ns["args"]
