@@ -107,6 +107,7 @@ def run_server(cmd: list[str], url: str, clients: int, seconds: float, queries: 
 CONFIGS = {
     # name: (FAISS factory, extra serve flags shared by both servers)
     "Flat, fp32 encoder": ("Flat", []),
+    "Flat, int8 query encoder": ("Flat", ["--int8-queries"]),
     "HNSW32 (efSearch 128), int8 query encoder": ("HNSW32", ["--ef-search", "128", "--int8-queries"]),
 }
 
