@@ -45,7 +45,7 @@ setup(
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],
         "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
                  # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
-                 "sympy", "pylatexenc"],
+                 "sympy", "pylatexenc", "ray==2.55.0"],
         "bench": ["aiotools>=1.7", "matplotlib>=3.8", "aiohttp>=3.9"],
     },
     entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},

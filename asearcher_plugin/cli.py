@@ -46,6 +46,54 @@ def train(
     run_openrlhf(argv, env)
 
 
+@app.command()
+def rollout(
+    recipe: str = typer.Argument(..., help="recipe YAML; recipes/cpu_tiny.yaml runs on any laptop"),
+    out: str = typer.Option("runs/rollout/trajectories.jsonl", help="trajectories JSONL"),
+    engines: int = typer.Option(2, help="CPU engine actors on Ray"),
+    steps: int = typer.Option(3, help="batches to hand out"),
+    set_: list[str] = typer.Option([], "--set", help="recipe override, as for `asearcher train`"),
+):
+    """Run the streaming scheduler with in-process engines on Ray, without training; write trajectories."""
+    import asyncio
+    import json
+    from pathlib import Path
+
+    import ray
+
+    from asearcher_plugin.recipe import RecipeError, load_recipe
+    from asearcher_plugin.rollout import load_prompts
+    from asearcher_plugin.rollout import rollout as run
+
+    try:
+        r = load_recipe(recipe, set_)
+    except RecipeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    flags, sched = r["openrlhf"], r.get("scheduler") or {}
+    model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
+    if not model.exists() and model == Path("runs/tiny-model"):
+        from asearcher_plugin.engines.tiny_model import make_tiny_model
+
+        make_tiny_model(model)
+    if not data.exists() and data == Path("runs/sample_prompts.jsonl"):
+        from local_retriever.sample import load_sample_questions
+
+        data.parent.mkdir(parents=True, exist_ok=True)
+        data.write_text("".join(json.dumps(q) + "\n" for q in load_sample_questions()))
+    if not model.exists():
+        typer.echo(f"error: model not found: {model} (a local path; no model hub is used)", err=True)
+        raise typer.Exit(2)
+    prompts = load_prompts(data, flags.get("data.input_key", "input"), flags.get("data.label_key") or "label")
+    ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, Path(out), engines,
+                             int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
+                             steps, int(sched.get("max_concurrent", 8)), int(sched.get("max_staleness", 1)),
+                             int(flags.get("data.max_len", 2048)), float(flags.get("rollout.temperature", 1.0))))
+    typer.echo(json.dumps(result))
+    typer.echo(f"trajectories written to {out}")
+
+
 @app.command("make-tiny-model")
 def make_tiny_model_cmd(
     out_dir: str = typer.Argument(..., help="folder to write the model and tokenizer to"),

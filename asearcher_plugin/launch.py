@@ -35,7 +35,12 @@ def build_command(recipe_path: str, overrides: list[str], run_dir: Path) -> tupl
     recipe = load_recipe(recipe_path, overrides)
     config = write_agent_config(recipe, run_dir / "agent.yaml")
     argv = openrlhf_argv(recipe["openrlhf"]) + ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
-    return argv, {CONFIG_ENV: str(config.resolve())}
+    sched = recipe.get("scheduler") or {}
+    env = {CONFIG_ENV: str(config.resolve())}
+    for key in ("max_concurrent", "max_staleness"):
+        if key in sched:
+            env[f"ASEARCHER_{key.upper()}"] = str(sched[key])
+    return argv, env
 
 
 def ray_job_command(argv: list[str], env: dict) -> str:
@@ -44,8 +49,24 @@ def ray_job_command(argv: list[str], env: dict) -> str:
             f"python -m openrlhf.cli.train_ppo_ray {shlex.join(argv)}")
 
 
-def run_openrlhf(argv: list[str], env: dict) -> None:
+SETUP_HOOK = "asearcher_plugin.scheduler.openrlhf.install"
+
+
+def run_openrlhf(argv: list[str], env: dict, streaming: bool = True) -> None:
+    """Starts Ray with the streaming scheduler installed in every worker, then OpenRLHF's own CLI.
+
+    OpenRLHF only calls `ray.init` when Ray is not initialised, so initialising it here with a
+    `worker_process_setup_hook` is how the generator actor (a separate worker process) gets the
+    streaming generator. Its env vars are OpenRLHF's defaults plus the agent config.
+    """
     os.environ.update(env)
+    if streaming:
+        import ray
+
+        env_vars = {"TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+                    "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+                    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"), **env}
+        ray.init(runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
 

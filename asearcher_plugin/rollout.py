@@ -1,0 +1,104 @@
+"""`asearcher rollout RECIPE.yaml`: the streaming scheduler over CPU engines on Ray, no training.
+
+Each Ray actor holds an `HFEngine` and the agent executor and answers `generate_responses`, the
+call OpenRLHF's rollout actors answer; the scheduler keeps groups in flight across "steps" (a
+step is one batch handed out; the policy version advances by one per step, as if a trainer had
+consumed it) and every trajectory is written to JSONL with the versions it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from .scheduler.core import StreamingScheduler
+
+
+def _actor_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class CPURolloutActor:
+        def __init__(self, model_path: str, agent_config: dict, seed: int):
+            from .config import AgentConfig
+            from .engines.hf import HFEngine
+            from .env import AgentExecutor
+
+            self.engine = HFEngine(model_path, seed=seed)
+            self.executor = AgentExecutor(AgentConfig.model_validate(agent_config))
+            self.pending = 0
+
+        async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer=None,
+                                     num_samples=1, images=None):
+            self.pending += num_samples
+            try:
+                runs = [self.executor.execute(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
+                        for _ in range(num_samples)]
+                return await asyncio.gather(*runs)
+            finally:
+                self.pending -= num_samples
+
+        def get_num_unfinished_requests(self) -> int:
+            return self.pending
+
+    return CPURolloutActor
+
+
+def load_prompts(path: str | Path, input_key: str, label_key: str) -> list[tuple[str, object]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if input_key not in row:
+                raise ValueError(f"{path}:{line_no}: no {input_key!r} field (the recipe's data.input_key)")
+            rows.append((row[input_key], row.get(label_key)))
+    return rows
+
+
+async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path, engines: int, batch_size: int,
+                  n_samples: int, steps: int, max_concurrent: int, max_staleness: int, max_length: int,
+                  temperature: float = 1.0) -> dict:
+    import ray
+
+    from .engines.types import SamplingParams
+
+    actors = [_actor_class().remote(model_path, agent_config, seed=i) for i in range(engines)]
+    load = [0] * engines
+    params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)
+
+    async def run_group(item):
+        prompt, label = item
+        e = min(range(engines), key=lambda i: load[i])
+        load[e] += n_samples
+        try:
+            return await actors[e].generate_responses.remote(prompt, label, params, max_length, None, n_samples)
+        finally:
+            load[e] -= n_samples
+
+    sched = StreamingScheduler(run_group, iter(prompts), batch_size=batch_size, max_concurrent=max_concurrent,
+                               max_staleness=max_staleness)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started, written = time.monotonic(), 0
+    with open(out, "w", encoding="utf-8") as fh:
+        for step in range(steps):
+            try:
+                batch = await sched.next_batch()
+            except EOFError:
+                break
+            for group in batch:
+                for sample in group.samples:
+                    fh.write(json.dumps({"step": step, "prompt": group.prompt[0], "label": group.prompt[1],
+                                         "answer": sample.get("answer"), "reward": sample["reward"],
+                                         "truncated": sample["truncated"], "logs": sample["extra_logs"],
+                                         "admitted_version": group.admitted_version, "consumed_version": step,
+                                         "tokens": len(sample["observation_tokens"])}) + "\n")
+                    written += 1
+            sched.set_version(step + 1)
+    await sched.aclose()
+    for actor in actors:
+        ray.kill(actor)
+    return {"trajectories": written, "seconds": time.monotonic() - started, **sched.stats}

@@ -1,0 +1,50 @@
+"""The streaming generator inside OpenRLHF's SamplesGenerator API, on real Ray with CPU engine actors.
+
+OpenRLHF's samples generator module is imported for real; only its GPU-only imports (vLLM) are
+satisfied with stand-ins, as in tests/test_env_openrlhf.py. The engines are Ray actors answering
+`generate_responses` / `get_num_unfinished_requests` as OpenRLHF's vLLM rollout actors do.
+"""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+
+def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb_server):
+    from tests.test_env_openrlhf import samples_generator_module
+
+    samples_generator_module()
+    from asearcher_plugin.rollout import _actor_class
+    from asearcher_plugin.scheduler.openrlhf import _make_class
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        agent = {"agent_type": "asearcher", "max_turns": 2, "max_new_tokens_per_turn": 12,
+                 "tools": {"local": {"urls": [kb_server]}}}
+        engines = [_actor_class().remote(str(tiny_model), agent, seed=i) for i in range(2)]
+        args = SimpleNamespace(
+            rollout=SimpleNamespace(batch_size=2, n_samples_per_prompt=2, vllm_generate_batch_size=2),
+            algo=SimpleNamespace(dynamic_filtering_enable=False, dynamic_filtering_range=(0.0, 1.0),
+                                 advantage=SimpleNamespace(is_correction_level="token")),
+            train=SimpleNamespace(async_queue_size=1), vllm=SimpleNamespace(enable_sleep=False),
+            asearcher=SimpleNamespace(max_concurrent=4, max_staleness=1))
+        prompts = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(9)]
+        generator = _make_class()(strategy=SimpleNamespace(args=args), prompts_dataloader=prompts,
+                                  eval_dataloader=None, tokenizer=None, vllm_engines=engines)
+        kwargs = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_prompt": 2}
+        consumed = 0
+        for step in range(3):
+            samples, pass_rate, drawn, exhausted = generator.generate_samples(**kwargs)
+            consumed += drawn
+            assert len(samples) == 4 and not exhausted  # 2 complete groups of 2
+            prompts_in_batch = [s.prompts[0] for s in samples]
+            assert prompts_in_batch[0] == prompts_in_batch[1] and prompts_in_batch[2] == prompts_in_batch[3]
+            for s in samples:
+                assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
+                assert s.info["staleness"].item() <= 1 and s.rewards is not None
+        assert consumed == generator._sched.prompts_drawn >= 6
+    finally:
+        ray.shutdown()
