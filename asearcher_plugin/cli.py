@@ -85,11 +85,22 @@ def rollout(
         typer.echo(f"error: model not found: {model} (a local path; no model hub is used)", err=True)
         raise typer.Exit(2)
     prompts = load_prompts(data, flags.get("data.input_key", "input"), flags.get("data.label_key") or "label")
+    from asearcher_plugin.scheduler import FatalRolloutError
+
     ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, Path(out), engines,
-                             int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
-                             steps, int(sched.get("max_concurrent", 8)), int(sched.get("max_staleness", 1)),
-                             int(flags.get("data.max_len", 2048)), float(flags.get("rollout.temperature", 1.0))))
+    try:
+        result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, Path(out), engines,
+                                 int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
+                                 steps, int(sched.get("max_concurrent", 8)), int(sched.get("max_staleness", 1)),
+                                 int(flags.get("data.max_len", 2048)), float(flags.get("rollout.temperature", 1.0))))
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: engines stopped; trajectories so far are in {out}", err=True)
+        raise typer.Exit(130)
+    except FatalRolloutError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    finally:
+        ray.shutdown()
     typer.echo(json.dumps(result))
     typer.echo(f"trajectories written to {out}")
 

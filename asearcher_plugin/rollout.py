@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from .scheduler.core import StreamingScheduler
+from .scheduler.core import FatalRolloutError, StreamingScheduler
 
 
 def _actor_class():
@@ -76,6 +76,8 @@ async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path,
         load[e] += n_samples
         try:
             return await actors[e].generate_responses.remote(prompt, label, params, max_length, None, n_samples)
+        except ray.exceptions.RayActorError as exc:
+            raise FatalRolloutError(f"engine {e} (Ray actor {actors[e]._actor_id.hex()}) died: {exc}") from None
         finally:
             load[e] -= n_samples
 
@@ -83,22 +85,30 @@ async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path,
                                max_staleness=max_staleness)
     out.parent.mkdir(parents=True, exist_ok=True)
     started, written = time.monotonic(), 0
-    with open(out, "w", encoding="utf-8") as fh:
-        for step in range(steps):
-            try:
-                batch = await sched.next_batch()
-            except EOFError:
-                break
-            for group in batch:
-                for sample in group.samples:
-                    fh.write(json.dumps({"step": step, "prompt": group.prompt[0], "label": group.prompt[1],
-                                         "answer": sample.get("answer"), "reward": sample["reward"],
-                                         "truncated": sample["truncated"], "logs": sample["extra_logs"],
-                                         "admitted_version": group.admitted_version, "consumed_version": step,
-                                         "tokens": len(sample["observation_tokens"])}) + "\n")
-                    written += 1
-            sched.set_version(step + 1)
-    await sched.aclose()
-    for actor in actors:
-        ray.kill(actor)
+    try:
+        with open(out, "w", encoding="utf-8") as fh:
+            written = await _drain(sched, fh, steps)
+    finally:  # also on Ctrl-C or a dead engine: stop what runs, free the actors
+        await sched.aclose()
+        for actor in actors:
+            ray.kill(actor)
     return {"trajectories": written, "seconds": time.monotonic() - started, **sched.stats}
+
+
+async def _drain(sched: StreamingScheduler, fh, steps: int) -> int:
+    written = 0
+    for step in range(steps):
+        try:
+            batch = await sched.next_batch()
+        except EOFError:
+            break
+        for group in batch:
+            for sample in group.samples:
+                fh.write(json.dumps({"step": step, "prompt": group.prompt[0], "label": group.prompt[1],
+                                     "answer": sample.get("answer"), "reward": sample["reward"],
+                                     "truncated": sample["truncated"], "logs": sample["extra_logs"],
+                                     "admitted_version": group.admitted_version, "consumed_version": step,
+                                     "tokens": len(sample["observation_tokens"])}) + "\n")
+                written += 1
+        sched.set_version(step + 1)
+    return written

@@ -109,3 +109,22 @@ def test_end_of_prompts_gives_a_last_smaller_batch_then_eof():
 def test_bad_arguments():
     with pytest.raises(ValueError):
         StreamingScheduler(make_runner({}), iter([]), batch_size=0, max_concurrent=1)
+
+
+def test_a_dead_engine_stops_the_scheduler_with_its_name():
+    from asearcher_plugin.scheduler import FatalRolloutError
+
+    async def run(prompt):
+        await asyncio.sleep(0.001)
+        if prompt == 2:
+            raise FatalRolloutError("engine 1 (Ray actor abc) died")
+        return [prompt]
+
+    async def main():
+        sched = StreamingScheduler(run, iter(range(20)), batch_size=4, max_concurrent=4, max_staleness=3)
+        with pytest.raises(FatalRolloutError, match="engine 1"):
+            for _ in range(5):
+                await sched.next_batch()
+        await sched.aclose()
+
+    asyncio.run(main())

@@ -1,5 +1,5 @@
 """Trajectory-level streaming rollout with staleness control."""
 
-from .core import Group, StreamingScheduler
+from .core import FatalRolloutError, Group, StreamingScheduler
 
-__all__ = ["Group", "StreamingScheduler"]
+__all__ = ["FatalRolloutError", "Group", "StreamingScheduler"]

@@ -21,6 +21,10 @@ from typing import Any, Awaitable, Callable, Iterator, Optional
 log = logging.getLogger(__name__)
 
 
+class FatalRolloutError(RuntimeError):
+    """Not a failed trajectory but a broken fleet (e.g. an engine died): stops the scheduler."""
+
+
 @dataclass
 class Group:
     """The n trajectories of one prompt, with the policy versions they saw."""
@@ -155,6 +159,8 @@ class StreamingScheduler:
         for task in [t for t in self._in_flight if t.done()]:
             group = self._in_flight.pop(task)
             exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if isinstance(exc, FatalRolloutError):
+                raise exc
             if exc is not None:
                 self.stats["failed"] += 1
                 log.warning("rollout of prompt %s failed (attempt %d): %r", group.index, group.attempts, exc)
