@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Sequence
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -123,7 +123,3 @@ def parse_gold(label) -> list[str]:
             if key in label:
                 return parse_gold(label[key])
     return [str(label)]
-
-
-def best(values: Iterable[float]) -> float:
-    return max(values, default=0.0)

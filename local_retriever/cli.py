@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Optional
 
