@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .core import Group, StreamingScheduler
+from .core import FatalRolloutError, Group, StreamingScheduler
 
 
 def _make_class():
+    import ray
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 
     class StreamingSamplesGenerator(SamplesGenerator):
@@ -61,7 +62,10 @@ def _make_class():
             async def run_group(item):
                 prompt, label, image = item
                 refs = self._dispatch_prompts_to_vllm([prompt], [label], images=[image], **generate_kwargs)
-                responses = await refs[0]
+                try:
+                    responses = await refs[0]
+                except ray.exceptions.RayActorError as exc:  # a dead engine is not a failed trajectory
+                    raise FatalRolloutError(f"a rollout engine died: {exc}") from None
                 return [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
 
             async def build():
