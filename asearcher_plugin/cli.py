@@ -105,6 +105,61 @@ def rollout(
     typer.echo(f"trajectories written to {out}")
 
 
+@app.command("eval")
+def eval_cmd(
+    dataset: list[str] = typer.Option(["sample"], "--dataset", help="built-in name (sample) or JSONL/Parquet path; repeatable"),
+    out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
+    k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
+    hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
+    base_url: str = typer.Option(None, help="OpenAI-compatible server URL(s), comma-separated, e.g. http://host:8000/v1"),
+    model: str = typer.Option("default", help="model name on the server"),
+    tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
+    agent_config: str = typer.Option(None, help="agent YAML (else $ASEARCHER_CONFIG, else defaults)"),
+    kb_url: str = typer.Option(None, help="knowledge-base server URL(s), overriding the agent config"),
+    concurrency: int = typer.Option(8),
+    max_length: int = typer.Option(8192, help="token budget per trajectory"),
+    temperature: float = typer.Option(0.6),
+    top_p: float = typer.Option(0.95),
+    limit: int = typer.Option(None, help="questions per dataset"),
+    question_key: str = typer.Option(None),
+    answer_key: str = typer.Option(None),
+):
+    """Evaluate an agent: Avg@k / Pass@k with EM, F1, cover-EM, substring (and the judge if configured)."""
+    import asyncio
+    from pathlib import Path
+
+    from asearcher_plugin.config import ConfigError, load_config
+    from asearcher_plugin.eval.datasets import DatasetError, load_dataset
+    from asearcher_plugin.eval.runner import run_eval
+
+    try:
+        config = load_config(agent_config)
+        items = [row for d in dataset for row in load_dataset(d, question_key, answer_key, limit)]
+    except (ConfigError, DatasetError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    if kb_url:
+        config.tools.local.urls = [u.strip() for u in kb_url.split(",") if u.strip()]
+    if bool(hf_model) == bool(base_url):
+        typer.echo("error: give exactly one of --hf-model or --base-url", err=True)
+        raise typer.Exit(2)
+    if hf_model:
+        from asearcher_plugin.engines.hf import HFEngine
+
+        engine = HFEngine(hf_model)
+        tok = engine.tokenizer
+    else:
+        from transformers import AutoTokenizer
+
+        from asearcher_plugin.engines.openai import OpenAIEngine
+
+        tok = AutoTokenizer.from_pretrained(tokenizer or model)
+        engine = OpenAIEngine(base_url, model, tok)
+    folder = asyncio.run(run_eval(items, config, engine, tok, Path(out), k, concurrency, max_length, temperature, top_p))
+    typer.echo((folder / "summary.md").read_text())
+    typer.echo(f"report: {(folder / 'report.html').resolve()}")
+
+
 @app.command("make-tiny-model")
 def make_tiny_model_cmd(
     out_dir: str = typer.Argument(..., help="folder to write the model and tokenizer to"),

@@ -41,6 +41,8 @@ class OpenAIEngine:
                 "temperature": p.temperature, "top_p": p.top_p, "stop": p.stop or None,
                 "include_stop_str_in_output": p.include_stop_str_in_output,
                 "skip_special_tokens": p.skip_special_tokens, "return_tokens_as_token_ids": True}
+        if getattr(p, "seed", None) is not None:
+            body["seed"] = p.seed
         if getattr(p, "top_k", -1) and p.top_k > 0:
             body["top_k"] = p.top_k
         if p.logprobs is not None:

@@ -1,0 +1,111 @@
+"""`summary.md` and a self-contained `report.html`: metrics table, plots, and a trajectory viewer.
+
+The HTML embeds its plots as PNG data URLs and needs no script or network: one file to open or send.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+
+HEADLINE = ("f1", "em", "cover_em", "substring", "judge")
+
+
+def _metric_rows(metrics: dict):
+    k = metrics["k"]
+    for dataset, entry in metrics["datasets"].items():
+        for name in HEADLINE + tuple(sorted(set(entry) - set(HEADLINE) - {"distributions"})):
+            if name in entry:
+                m = entry[name]
+                yield dataset, name, m["questions"], m[f"avg@{k}"], m[f"avg@{k}_ci95"], m[f"pass@{k}"], m[f"pass@{k}_ci95"]
+
+
+def render_markdown(metrics: dict) -> str:
+    k = metrics["k"]
+    lines = [f"# Evaluation summary (k = {k})", "",
+             f"{metrics['items_ok']} items scored, {metrics['items_failed']} failed for infrastructure reasons (not scored).", "",
+             f"| dataset | metric | questions | Avg@{k} | 95% CI | Pass@{k} | 95% CI |", "|---|---|---|---|---|---|---|"]
+    for d, name, n, avg, avg_ci, pas, pas_ci in _metric_rows(metrics):
+        lines.append(f"| {d} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |")
+    overall = metrics["datasets"].get("overall", {}).get("distributions", {})
+    if overall:
+        lines += ["", "| per trajectory | mean | p50 | p90 | max |", "|---|---|---|---|---|"]
+        for key, d in overall.items():
+            if d:
+                lines.append(f"| {key} | {d['mean']:.2f} | {d['p50']:.0f} | {d['p90']:.0f} | {d['max']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r["status"] == "ok"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+    axes[0].hist([r["scores"].get("f1", 0.0) for r in ok], bins=10, range=(0, 1), color="#4c72b0")
+    axes[0].set_title("F1 per trajectory", fontsize=10)
+    axes[1].hist([r["logs"].get("turns", 0) for r in ok], bins=20, color="#dd8452")
+    axes[1].set_title("turns per trajectory", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+_SPLIT = re.compile(r"(<information>.*?</information>)", re.S)
+
+
+def _turns_html(text: str) -> str:
+    parts = []
+    for piece in _SPLIT.split(text or ""):
+        if not piece.strip():
+            continue
+        cls = "tool" if piece.startswith("<information>") else "model"
+        parts.append(f'<pre class="{cls}">{html.escape(piece)}</pre>')
+    return "\n".join(parts)
+
+
+def render_html(metrics: dict, rows: list[dict]) -> str:
+    k = metrics["k"]
+    table = "\n".join(
+        f"<tr><td>{html.escape(d)}</td><td>{n_}</td><td>{q}</td><td>{a:.3f} <small>({ac[0]:.3f}-{ac[1]:.3f})</small></td>"
+        f"<td>{p:.3f} <small>({pc[0]:.3f}-{pc[1]:.3f})</small></td></tr>"
+        for d, n_, q, a, ac, p, pc in _metric_rows(metrics))
+    items = []
+    for r in sorted(rows, key=lambda r: (r["dataset"], r["id"], r["seed"])):
+        if r["status"] != "ok":
+            items.append(f'<details class="failed"><summary>{html.escape(r["id"])} seed {r["seed"]}: '
+                         f'FAILED ({html.escape(r.get("error", ""))})</summary></details>')
+            continue
+        s = r["scores"]
+        logs = r["logs"]
+        items.append(
+            f'<details class="traj"><summary><b>{html.escape(r["id"])}</b> seed {r["seed"]} - '
+            f'F1 {s.get("f1", 0):.2f}, EM {s.get("em", 0):.0f} - {int(logs.get("turns", 0))} turns, '
+            f'{int(logs.get("searches", 0))} searches, {int(logs.get("accesses", 0))} pages - {html.escape(r["question"])}</summary>'
+            f'<p><b>gold:</b> {html.escape(" | ".join(r["golden_answers"]))} &nbsp; <b>answer:</b> '
+            f'{html.escape(str(r.get("answer")))}</p>{_turns_html(r.get("text", ""))}</details>')
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>asearcher evaluation report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1100px; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; }}
+pre {{ white-space: pre-wrap; padding: 6px; margin: 4px 0; }} pre.model {{ background: #eef4ff; }}
+pre.tool {{ background: #f4f4f4; color: #333; max-height: 18em; overflow: auto; }}
+details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summary {{ color: #b00; }}
+</style></head><body>
+<h1>Evaluation report</h1>
+<p>{metrics["items_ok"]} items scored, {metrics["items_failed"]} failed for infrastructure reasons (not scored); k = {k}.</p>
+<table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{k} (95% CI)</th><th>Pass@{k} (95% CI)</th></tr>
+{table}</table>
+<h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">
+<h2>Trajectories</h2>
+<div id="trajectories">
+{"".join(items)}
+</div></body></html>
+"""

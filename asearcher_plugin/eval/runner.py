@@ -1,0 +1,132 @@
+"""`asearcher eval`: every (question, seed) through the agent, resumable, then metrics and reports.
+
+Each finished item is appended to `trajectories.jsonl` at once, so a crash loses only the items in
+flight and a re-run skips every (id, seed) already done. An item that fails for infrastructure
+reasons (engine or tools unreachable after their retries) is recorded with status `failed` and
+left out of the metrics, never scored as wrong; a re-run tries it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from ..config import AgentConfig
+from ..engines.openai import EngineUnavailable
+from ..engines.types import SamplingParams
+from ..env import AgentExecutor
+from .metrics import summarise
+
+INFRA_ERRORS = (EngineUnavailable, ConnectionError, TimeoutError, OSError)
+
+
+def _done(path: Path) -> set[tuple[str, int]]:
+    done = set()
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            if row.get("status") == "ok":
+                done.add((row["id"], row["seed"]))
+    return done
+
+
+async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, out_dir: Path, k: int = 1,
+                   concurrency: int = 8, max_length: int = 8192, temperature: float = 0.6, top_p: float = 0.95,
+                   progress: bool = True) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "trajectories.jsonl"
+    done = _done(path)
+    todo = [(item, seed) for item in items for seed in range(k) if (item["id"], seed) not in done]
+    executor = AgentExecutor(config, for_training=False)
+    sem = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(todo), desc="eval", unit=" item", disable=not progress)
+
+    async def one(item: dict, seed: int, fh) -> None:
+        async with sem:
+            params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=None, seed=seed)
+            started = time.perf_counter()
+            row = {"id": item["id"], "dataset": item["dataset"], "seed": seed, "question": item["question"],
+                   "golden_answers": item["golden_answers"]}
+            try:
+                result = await executor.execute(item["question"], item["golden_answers"], params, max_length,
+                                                tokenizer, engine)
+                logs = result["extra_logs"]
+                row.update(status="ok", answer=result["answer"], reward=result["reward"], text=result["text"],
+                           truncated=result["truncated"], logs=logs,
+                           scores={k_[6:]: v for k_, v in logs.items() if k_.startswith("score_")},
+                           tokens=len(result["observation_tokens"] or []))
+            except INFRA_ERRORS as exc:
+                row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            row["seconds"] = round(time.perf_counter() - started, 3)
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            bar.update()
+
+    with open(path, "a", encoding="utf-8") as fh:
+        await asyncio.gather(*(one(item, seed, fh) for item, seed in todo))
+    bar.close()
+    write_reports(out_dir, k)
+    return out_dir
+
+
+def load_rows(out_dir: Path) -> list[dict]:
+    rows = []
+    for line in (out_dir / "trajectories.jsonl").read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    latest = {}
+    for row in rows:  # a retried item replaces its failed attempt
+        key = (row["id"], row["seed"])
+        if key not in latest or row["status"] == "ok":
+            latest[key] = row
+    return list(latest.values())
+
+
+def compute_metrics(rows: list[dict], k: int) -> dict:
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    metrics = {"k": k, "items_ok": len(ok), "items_failed": len(failed), "datasets": {}}
+    groups = {"overall": ok}
+    for r in ok:
+        groups.setdefault(r["dataset"], []).append(r)
+    for name, group in groups.items():
+        by_q: dict[str, list[dict]] = {}
+        for r in group:
+            by_q.setdefault(r["id"], []).append(r)
+        names = sorted({m for r in group for m in r["scores"]})
+        entry = {m: summarise([[x["scores"].get(m, 0.0) for x in sorted(rs, key=lambda x: x["seed"])]
+                               for rs in by_q.values()], k) for m in names}
+        entry["distributions"] = {key: _dist([r["logs"].get(key, 0.0) for r in group])
+                                  for key in ("turns", "searches", "accesses", "invalid_actions", "tool_errors")}
+        entry["distributions"]["tokens"] = _dist([r.get("tokens", 0) for r in group])
+        metrics["datasets"][name] = entry
+    return metrics
+
+
+def _dist(values: list[float]) -> dict:
+    if not values:
+        return {}
+    a = np.asarray(values, dtype=float)
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "max": float(a.max())}
+
+
+def write_reports(out_dir: Path, k: int) -> dict:
+    from .report import render_html, render_markdown
+
+    rows = load_rows(out_dir)
+    metrics = compute_metrics(rows, k)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (out_dir / "summary.md").write_text(render_markdown(metrics))
+    (out_dir / "report.html").write_text(render_html(metrics, rows), encoding="utf-8")
+    return metrics
