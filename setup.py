@@ -36,6 +36,7 @@ setup(
         "tqdm>=4.66",
         "psutil>=5.9",
         "pyyaml>=6.0",
+        "matplotlib>=3.8",
         "trafilatura>=1.8",
         "lxml_html_clean>=0.1",  # trafilatura needs it with lxml >= 5.2
         "markdownify>=0.12",
@@ -46,7 +47,7 @@ setup(
         "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
                  # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
                  "sympy", "pylatexenc", "ray==2.55.0"],
-        "bench": ["aiotools>=1.7", "matplotlib>=3.8", "aiohttp>=3.9"],
+        "bench": ["aiotools>=1.7", "aiohttp>=3.9"],
     },
     entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},
 )

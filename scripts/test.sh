@@ -1,0 +1,12 @@
+#!/bin/sh
+# Installs what the test suite needs (Chromium from Debian for the report test, the package with its
+# test extras, OpenRLHF 0.11.2 without its GPU dependencies) and runs the whole suite.
+set -e
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    { $SUDO apt-get install -y -q chromium || { $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium; }; } >/dev/null
+fi
+pip install -c constraints/cpu.txt -e ".[test]"
+pip install --no-deps openrlhf==0.11.2
+python -m pytest -q "$@"
