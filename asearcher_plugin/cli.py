@@ -5,11 +5,29 @@ from __future__ import annotations
 import typer
 
 from local_retriever.cli import app as kb_app
-from local_retriever.cli import quickstart as kb_quickstart
 
 app = typer.Typer(help="Long-horizon search agents for OpenRLHF.", no_args_is_help=True)
 app.add_typer(kb_app, name="kb")
-app.command("quickstart", help="Run the whole local path end to end (today: the sample knowledge base).")(kb_quickstart)
+
+
+@app.command()
+def quickstart(
+    workdir: str = typer.Option("runs", "--dir", help="where the KB, model, trajectories and report go"),
+    port: int = typer.Option(5005, help="port of the knowledge-base server"),
+    questions: int = typer.Option(20, help="built-in questions to evaluate"),
+    k: int = typer.Option(2, help="runs per question"),
+    base_url: str = typer.Option(None, help="an OpenAI-compatible server for real answers, e.g. http://host:8000/v1"),
+    model: str = typer.Option("default", help="model name on that server"),
+    tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
+):
+    """The whole path on CPU: sample KB served, tiny model, streaming rollout on Ray, evaluation, HTML report."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from asearcher_plugin.quickstart import run_quickstart
+
+    run_quickstart(Path(workdir), port, questions, k, base_url, model, tokenizer, Console(stderr=True))
 
 @app.command()
 def train(

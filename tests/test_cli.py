@@ -50,12 +50,25 @@ def test_serve_and_query_processes(sample_kb):
         proc.wait(timeout=30)
 
 
-def test_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
+def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
     import shutil
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the session's build: the quickstart only builds when the folder is empty
-    out = run("quickstart", "--dir", str(kb), "--port", str(free_port()), "--retriever", "bm25")
+    out = run("kb", "quickstart", "--dir", str(kb), "--port", str(free_port()), "--retriever", "bm25")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
     assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in out.stderr
+
+
+def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
+    import shutil
+
+    shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
+    out = run("quickstart", "--dir", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rollout = (tmp_path / "rollout" / "trajectories.jsonl").read_text().splitlines()
+    assert len(rollout) == 3 * 2 * 2
+    report = tmp_path / "eval" / "report.html"
+    assert report.is_file() and f"report: {report.resolve()}" in out.stderr.replace("\n", "")
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["items_ok"] == 3

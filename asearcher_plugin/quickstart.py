@@ -1,0 +1,95 @@
+"""`asearcher quickstart`: the whole local path on a machine without a GPU, ending in a report.
+
+1. build the sample knowledge base (real Wikipedia articles from the gensim wheel) and serve it;
+2. make the tiny model (or use a served model with --base-url);
+3. run the CPU recipe's rollout through the streaming scheduler on Ray;
+4. evaluate the built-in questions and write the HTML report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+
+def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: str | None, model: str,
+                   tokenizer: str | None, console: Console) -> Path:
+    import ray
+    import yaml
+
+    from local_retriever.build import build_kb
+    from local_retriever.manifest import MANIFEST_FILE
+    from local_retriever.quickstart import start_server, wait_healthy
+    from local_retriever.sample import load_sample_questions, sample_dump_path
+
+    from .config import AgentConfig
+    from .engines.tiny_model import make_tiny_model
+    from .eval.datasets import load_dataset
+    from .eval.runner import run_eval
+    from .rollout import rollout
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    kb, tiny = workdir / "sample-kb", workdir / "tiny-model"
+    console.rule("1/4 knowledge base")
+    if not (kb / MANIFEST_FILE).is_file():
+        manifest, _ = build_kb(sample_dump_path(), kb)
+        console.print(f"built {manifest.passages} passages from {manifest.pages} Wikipedia articles in {manifest.build_seconds}s")
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(kb, port, "hybrid")
+    try:
+        health = wait_healthy(url, server)
+        console.print(f"serving {health['corpus_size']} passages ({health['retriever']}) at {url}")
+
+        console.rule("2/4 model")
+        if base_url:
+            console.print(f"using the served model {model} at {base_url}")
+        elif not (tiny / "config.json").is_file():
+            make_tiny_model(tiny)
+            console.print(f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)")
+
+        recipe = yaml.safe_load((Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").read_text()) \
+            if (Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").is_file() else None
+        agent = dict((recipe or {}).get("agent") or {"agent_type": "asearcher", "max_turns": 4, "max_new_tokens_per_turn": 32})
+        agent.setdefault("tools", {}).setdefault("local", {})["urls"] = [url]
+
+        console.rule("3/4 streaming rollout on Ray (CPU engines, no training)")
+        prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
+        ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        try:
+            stats = asyncio.run(rollout(str(tiny), agent, prompts, workdir / "rollout" / "trajectories.jsonl", engines=2,
+                                        batch_size=2, n_samples=2, steps=3, max_concurrent=4, max_staleness=1,
+                                        max_length=1024)) if not base_url else None
+        finally:
+            ray.shutdown()
+        if stats:
+            console.print(f"{stats['trajectories']} trajectories in {stats['seconds']:.0f}s "
+                          f"-> {workdir / 'rollout' / 'trajectories.jsonl'}")
+
+        console.rule("4/4 evaluation and report")
+        config = AgentConfig.model_validate(agent)
+        items = load_dataset("sample", limit=questions)
+        if base_url:
+            from transformers import AutoTokenizer
+
+            from .engines.openai import OpenAIEngine
+
+            tok = AutoTokenizer.from_pretrained(tokenizer or model)
+            engine = OpenAIEngine(base_url, model, tok)
+        else:
+            from .engines.hf import HFEngine
+
+            engine = HFEngine(str(tiny))
+            tok = engine.tokenizer
+        out = asyncio.run(run_eval(items, config, engine, tok, workdir / "eval", k=k, concurrency=4, max_length=1024))
+        metrics = json.loads((out / "metrics.json").read_text())
+        f1 = metrics["datasets"]["overall"].get("f1", {})
+        console.print(f"{metrics['items_ok']} items: F1 Avg@{k} {f1.get(f'avg@{k}', 0):.3f}, Pass@{k} {f1.get(f'pass@{k}', 0):.3f}")
+        report = (out / "report.html").resolve()
+        console.print(f"[bold]report: {report}[/bold]")
+        return report
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
