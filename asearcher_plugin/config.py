@@ -56,6 +56,7 @@ class JudgeConfig(_Strict):
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0)
+    cache_dir: Optional[str] = Field(None, description="verdicts cached on disk by (model, question, prediction, golds)")
 
 
 class RewardConfig(_Strict):

@@ -27,6 +27,19 @@ class JudgeUnavailable(RuntimeError):
     pass
 
 
+_caches: dict = {}
+
+
+def _cache(cfg):
+    if not getattr(cfg, "cache_dir", None):
+        return None
+    from .tools.cache import DiskCache
+
+    if cfg.cache_dir not in _caches:
+        _caches[cfg.cache_dir] = DiskCache(os.path.join(cfg.cache_dir, "judge.sqlite"), ttl=float("inf"))
+    return _caches[cfg.cache_dir]
+
+
 def parse_verdict(text: str) -> bool | None:
     match = re.search(r"\{.*\}", text or "", re.S)
     if match:
@@ -41,6 +54,19 @@ def parse_verdict(text: str) -> bool | None:
 
 async def judge(question: str, prediction: str, golds: list[str], cfg, client: httpx.AsyncClient | None = None) -> bool:
     """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
+    cache = _cache(cfg)
+    key = orjson.dumps([cfg.model, question, prediction, sorted(golds)]).decode()
+    if cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return bool(hit)
+    verdict = await _ask(question, prediction, golds, cfg, client)
+    if cache is not None:
+        cache.set(key, verdict)
+    return verdict
+
+
+async def _ask(question: str, prediction: str, golds: list[str], cfg, client: httpx.AsyncClient | None) -> bool:
     own = client is None
     client = client or httpx.AsyncClient(timeout=cfg.timeout)
     headers = {"Authorization": f"Bearer {os.environ.get(cfg.api_key_env, 'none')}"}

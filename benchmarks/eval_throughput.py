@@ -36,11 +36,31 @@ def fake_server(delay: float):
     return app
 
 
+def _wait(url: str, proc) -> None:
+    import httpx
+
+    for _ in range(100):
+        if proc.poll() is not None:
+            raise RuntimeError("the fake model server exited")
+        try:
+            httpx.post(f"{url}/v1/completions", json={}, timeout=5)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise TimeoutError("fake model server did not start")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--delay", type=float, default=0.25)
     ap.add_argument("--items", type=int, default=512)
+    ap.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # internal: run the fake server
     args = ap.parse_args()
+    if args.serve:
+        import uvicorn
+
+        uvicorn.run(fake_server(args.delay), host="127.0.0.1", port=args.serve, log_level="warning", access_log=False)
+        return
 
     from transformers import AutoTokenizer
 
@@ -49,7 +69,9 @@ def main() -> None:
     from asearcher_plugin.engines.tiny_model import make_tiny_model
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
-    from tests.http_helpers import serve_app
+    import subprocess
+
+    from tests.http_helpers import free_port
 
     model = Path("runs/tiny-model")
     if not (model / "config.json").is_file():
@@ -59,7 +81,12 @@ def main() -> None:
     items = [dict(base[i % len(base)], id=f"{base[i % len(base)]['id']}-{i}") for i in range(args.items)]
     config = AgentConfig(agent_type="search-r1", max_turns=2)
     rows, payload = [], {}
-    with serve_app(fake_server(args.delay)) as url:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # The fake model server runs in its own process, as a real one would, not on the harness's event loop.
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--delay", str(args.delay)])
+    try:
+        _wait(url, server)
         for conc in (1, 8, 64):
             n = min(args.items, max(16, conc * 4)) if conc == 1 else args.items
             out = Path(tempfile.mkdtemp())
@@ -71,8 +98,10 @@ def main() -> None:
             qpm, ideal = n / seconds * 60, conc / args.delay * 60
             payload[conc] = {"items": n, "seconds": seconds, "questions_per_min": qpm, "ideal_per_min": ideal}
             rows.append([conc, n, f"{qpm:.0f}", f"{ideal:.0f}", f"{qpm / ideal:.0%}"])
+    finally:
+        server.terminate()
     note = (f"each model call answers after {args.delay * 1000:.0f} ms; one call per question (the answer comes on the "
-            "first turn); the fake server runs in the same process (sharing its GIL); wall time includes writing "
+            "first turn); the fake server is a separate process on the same 2 cores; wall time includes writing "
             "trajectories, metrics.json, summary.md and report.html")
     print(publish("eval_throughput", ["concurrency", "questions", "questions/min", "ideal/min", "of ideal"], rows, note, payload))
 

@@ -141,3 +141,13 @@ def test_judge_reward_falls_back_to_f1_with_a_flag():
     assert result["rewards"].item() == 1.0 and result["extra_logs"]["score_judge"] == 1.0
     agent, result = asyncio.run(run(f"http://127.0.0.1:{free_port()}/v1"))
     assert result["extra_logs"]["score_judge_fallback"] == 1.0 and result["rewards"].item() == pytest.approx(1.0)
+
+
+def test_judge_verdicts_are_cached_on_disk(tmp_path):
+    app = judge_server(['{"verdict": "correct"}'])
+    with serve_app(app) as url:
+        cfg = JudgeConfig(base_url=f"{url}/v1", cache_dir=str(tmp_path))
+        for _ in range(3):
+            assert asyncio.run(judge("Capital of Angola?", "Luanda", ["Luanda"], cfg)) is True
+        assert asyncio.run(judge("Capital of Angola?", "Lisbon", ["Luanda"], cfg)) is True  # a new pair asks again
+    assert len(app.state.prompts) == 2 and (tmp_path / "judge.sqlite").is_file()
