@@ -37,6 +37,7 @@ setup(
         "psutil>=5.9",
         "pyyaml>=6.0",
         "matplotlib>=3.8",
+        "pyarrow>=14",  # Parquet evaluation sets
         "trafilatura>=1.8",
         "lxml_html_clean>=0.1",  # trafilatura needs it with lxml >= 5.2
         "markdownify>=0.12",

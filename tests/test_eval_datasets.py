@@ -33,3 +33,13 @@ def test_errors_name_file_line_and_choices(tmp_path):
     broken.write_text("{nope\n")
     with pytest.raises(DatasetError, match="broken.jsonl:1: invalid JSON"):
         load_dataset(str(broken))
+
+
+def test_parquet_with_named_keys(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ["a", "b"], "prompt": ["one?", "two?"], "target": [["1"], ["2", "II"]]}),
+                   tmp_path / "set.parquet")
+    rows = load_dataset(str(tmp_path / "set.parquet"), question_key="prompt", answer_key="target")
+    assert [r["golden_answers"] for r in rows] == [["1"], ["2", "II"]] and rows[0]["dataset"] == "set"
