@@ -78,7 +78,7 @@ def main() -> None:
         make_tiny_model(model)
     tok = AutoTokenizer.from_pretrained(model)
     base = load_dataset("sample")
-    items = [dict(base[i % len(base)], id=f"{base[i % len(base)]['id']}-{i}") for i in range(args.items)]
+    items = [dict(base[i % len(base)], id=f"{base[i % len(base)]['id']}-{i}") for i in range(args.items * 4)]
     config = AgentConfig(agent_type="search-r1", max_turns=2)
     rows, payload = [], {}
     port = free_port()
