@@ -54,7 +54,7 @@ def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path)
     import shutil
 
     kb = tmp_path / "kb"
-    shutil.copytree(sample_kb, kb)  # reuse the session's build: the quickstart only builds when the folder is empty
+    shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
     out = run("kb", "quickstart", "--dir", str(kb), "--port", str(free_port()), "--retriever", "bm25")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
