@@ -90,10 +90,10 @@ def rollout(
         raise typer.Exit(2)
     flags, sched = r["openrlhf"], r.get("scheduler") or {}
     model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
-    if not model.exists() and model == Path("runs/tiny-model"):
-        from asearcher_plugin.engines.tiny_model import make_tiny_model
+    if model == Path("runs/tiny-model"):
+        from asearcher_plugin.engines.tiny_model import ensure_tiny_model
 
-        make_tiny_model(model)
+        ensure_tiny_model(model)
     if not data.exists() and data == Path("runs/sample_prompts.jsonl"):
         from local_retriever.sample import load_sample_questions
 

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 CONFIG_ENV = "ASEARCHER_CONFIG"
 AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning"]
-AGENT_TYPES = ("search-r1", "asearcher", "asearcher-reasoning")
 
 
 class _Strict(BaseModel):

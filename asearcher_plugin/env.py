@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - exercised on installs without the [tra
 
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action
 from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_feedback, chat_prompt, format_docs, information,
-                                            invalid_feedback)
+                                            invalid_feedback, reasoning_prompt)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.reward import format_factor, parse_gold, score_all
@@ -193,17 +193,15 @@ class AgentExecutor(AgentExecutorBase):
                 "reward": reward, "scores": reward, "truncated": truncated, "extra_logs": logs,
                 "answer": agent.answer, "text": observation}
 
-
     async def _execute_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
         agent = AgentInstance(self.config, self._toolbox())
         agent.question = prompt
         history, done, calls, tokens_used = "", False, 0, 0
         while not done:
-            text = build_rebuilt_prompt(prompt, history)
+            text = reasoning_prompt(prompt, history)
             if getattr(hf_tokenizer, "chat_template", None):
-                text = hf_tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                        add_generation_prompt=True)
+                text = chat_prompt(hf_tokenizer, text)
             ids = hf_tokenizer(text=text, add_special_tokens=False)["input_ids"][-(max_length - 1):]
             budget = min(self.config.max_new_tokens_per_turn, max_length - len(ids))
             params = with_overrides(sampling_params, max_tokens=max(1, budget), stop=list(STOP_STRINGS),
@@ -219,16 +217,6 @@ class AgentExecutor(AgentExecutorBase):
         return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
                 "answer": agent.answer, "text": history, "truncated": False, "observation_tokens": None,
                 "action_ranges": None, "rollout_log_probs": None}
-
-
-REASONING_HISTORY_CHARS = 25_000
-
-
-def build_rebuilt_prompt(question: str, history: str) -> str:
-    from asearcher_plugin.agent.prompts import ASEARCHER_REASONING
-
-    recent = history[-REASONING_HISTORY_CHARS:] if history else "(none yet)"
-    return ASEARCHER_REASONING.format(question=question.strip(), history=recent)
 
 
 def agent_file() -> Path:

@@ -14,9 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .config import CONFIG_ENV
 from .recipe import load_recipe, openrlhf_argv, write_agent_config
-
-CONFIG_ENV = "ASEARCHER_CONFIG"
 
 
 def agent_path(spec: str) -> str:

@@ -13,6 +13,7 @@ import ast
 import contextlib
 import importlib.util
 import io
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -50,23 +51,24 @@ def known_flags() -> dict[str, argparse.Action]:
     return {opt: action for action in parser._actions for opt in action.option_strings}
 
 
+def _namespace(**extra) -> dict:
+    """The module globals the __main__ block uses before it reaches `train()`."""
+    return {"argparse": argparse, "datetime": datetime, "os": os, **extra}
+
+
 def _parser() -> argparse.ArgumentParser:
-    source = train_ppo_ray_source().read_text()
-    block = _main_block(source)
-    upto = [n for n in block.body if not (isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))]
+    block = _main_block(train_ppo_ray_source().read_text())
     cut = next(i for i, n in enumerate(block.body) if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))
-    ns = {"argparse": argparse, "datetime": datetime, "os": __import__("os")}
-    exec(compile(ast.Module(body=upto[:cut], type_ignores=[]), "train_ppo_ray.py", "exec"), ns)
+    ns = _namespace()
+    exec(compile(ast.Module(body=block.body[:cut], type_ignores=[]), "train_ppo_ray.py", "exec"), ns)
     return ns["parser"]
 
 
 def check_args(argv: list[str]):
     """Parses `argv` with OpenRLHF's parser and runs its post-parse checks; returns the hierarchical args."""
-    source = train_ppo_ray_source().read_text()
-    block = _main_block(source)
-    ns = {"argparse": argparse, "datetime": datetime, "os": __import__("os"), "__name__": "recipe_check"}
+    block = _main_block(train_ppo_ray_source().read_text())
+    ns = _namespace(__name__="recipe_check", __argv__=list(argv))
     code = ast.unparse(block).replace("parser.parse_args()", "parser.parse_args(__argv__)")
-    ns["__argv__"] = list(argv)
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

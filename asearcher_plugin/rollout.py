@@ -59,20 +59,15 @@ def load_prompts(path: str | Path, input_key: str, label_key: str) -> list[tuple
     return rows
 
 
-async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path, engines: int, batch_size: int,
-                  n_samples: int, steps: int, max_concurrent: int, max_staleness: int, max_length: int,
-                  temperature: float = 1.0) -> dict:
+def group_runner(actors, params, max_length: int, n_samples: int):
+    """`run_group(item)` for the scheduler: the whole group to the least-loaded actor, as OpenRLHF assigns."""
     import ray
 
-    from .engines.types import SamplingParams
-
-    actors = [_actor_class().remote(model_path, agent_config, seed=i) for i in range(engines)]
-    load = [0] * engines
-    params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)
+    load = [0] * len(actors)
 
     async def run_group(item):
         prompt, label = item
-        e = min(range(engines), key=lambda i: load[i])
+        e = min(range(len(actors)), key=lambda i: load[i])
         load[e] += n_samples
         try:
             return await actors[e].generate_responses.remote(prompt, label, params, max_length, None, n_samples)
@@ -81,6 +76,19 @@ async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path,
         finally:
             load[e] -= n_samples
 
+    return run_group
+
+
+async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path, engines: int, batch_size: int,
+                  n_samples: int, steps: int, max_concurrent: int, max_staleness: int, max_length: int,
+                  temperature: float = 1.0) -> dict:
+    import ray
+
+    from .engines.types import SamplingParams
+
+    actors = [_actor_class().remote(model_path, agent_config, seed=i) for i in range(engines)]
+    params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)
+    run_group = group_runner(actors, params, max_length, n_samples)
     sched = StreamingScheduler(run_group, iter(prompts), batch_size=batch_size, max_concurrent=max_concurrent,
                                max_staleness=max_staleness)
     out.parent.mkdir(parents=True, exist_ok=True)

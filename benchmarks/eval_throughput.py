@@ -66,16 +66,14 @@ def main() -> None:
 
     from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.engines.openai import OpenAIEngine
-    from asearcher_plugin.engines.tiny_model import make_tiny_model
+    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
     import subprocess
 
     from tests.http_helpers import free_port
 
-    model = Path("runs/tiny-model")
-    if not (model / "config.json").is_file():
-        make_tiny_model(model)
+    model = ensure_tiny_model("runs/tiny-model")
     tok = AutoTokenizer.from_pretrained(model)
     base = load_dataset("sample")
     items = [dict(base[i % len(base)], id=f"{base[i % len(base)]['id']}-{i}") for i in range(args.items * 4)]

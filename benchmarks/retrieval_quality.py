@@ -12,18 +12,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.readme_table import publish  # noqa: E402
-from local_retriever.build import build_kb  # noqa: E402
+from local_retriever.build import ensure_sample_kb  # noqa: E402
 from local_retriever.kb import KnowledgeBase  # noqa: E402
-from local_retriever.manifest import MANIFEST_FILE  # noqa: E402
 from local_retriever.recall import answer_recall_at_k, recall_at_k  # noqa: E402
-from local_retriever.sample import load_sample_questions, sample_dump_path  # noqa: E402
+from local_retriever.sample import load_sample_questions  # noqa: E402
 
 KB = Path("runs/sample-kb")
 
 
 def main() -> None:
-    if not (KB / MANIFEST_FILE).is_file():
-        build_kb(sample_dump_path(), KB)
+    ensure_sample_kb(KB)
     questions = load_sample_questions()
     rows, payload = [], {}
     for name in ("dense", "bm25", "hybrid"):

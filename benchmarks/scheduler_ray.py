@@ -29,18 +29,10 @@ async def poll_idle(actors, stop: asyncio.Event, samples: list) -> None:
 
 
 async def run(mode: str, actors, prompts, args, params) -> dict:
+    from asearcher_plugin.rollout import group_runner
     from asearcher_plugin.scheduler import StreamingScheduler
 
-    load = [0] * len(actors)
-
-    async def run_group(item):
-        e = min(range(len(actors)), key=lambda i: load[i])
-        load[e] += args.n
-        try:
-            return await actors[e].generate_responses.remote(item[0], item[1], params, args.max_len, None, args.n)
-        finally:
-            load[e] -= args.n
-
+    run_group = group_runner(actors, params, args.max_len, args.n)
     stop, idle = asyncio.Event(), []
     poller = asyncio.ensure_future(poll_idle(actors, stop, idle))
     start, done, staleness = time.monotonic(), 0, []
@@ -83,19 +75,14 @@ def main() -> None:
 
     import ray
 
-    from asearcher_plugin.engines.tiny_model import make_tiny_model
+    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.engines.types import SamplingParams
     from asearcher_plugin.rollout import _actor_class
-    from local_retriever.build import build_kb
-    from local_retriever.manifest import MANIFEST_FILE
+    from local_retriever.build import ensure_sample_kb
     from local_retriever.quickstart import start_server, wait_healthy
-    from local_retriever.sample import load_sample_questions, sample_dump_path
+    from local_retriever.sample import load_sample_questions
 
-    kb, model = Path("runs/sample-kb"), Path("runs/tiny-model")
-    if not (kb / MANIFEST_FILE).is_file():
-        build_kb(sample_dump_path(), kb)
-    if not model.exists():
-        make_tiny_model(model)
+    kb, model = ensure_sample_kb(Path("runs/sample-kb")), ensure_tiny_model("runs/tiny-model")
     server = start_server(kb, 5121, "bm25")
     wait_healthy("http://127.0.0.1:5121", server)
     ray.init(num_cpus=args.engines, include_dashboard=False, log_to_driver=False)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.readme_table import publish  # noqa: E402
-from local_retriever.build import BuildOptions, build_kb  # noqa: E402
+from local_retriever.build import BuildOptions, build_kb, ensure_sample_kb  # noqa: E402
 from local_retriever.manifest import MANIFEST_FILE, Manifest  # noqa: E402
 from local_retriever.quickstart import wait_healthy  # noqa: E402
 from local_retriever.sample import load_sample_questions  # noqa: E402
@@ -36,11 +36,7 @@ from local_retriever.sample import load_sample_questions  # noqa: E402
 def make_kb(out: Path, passages: int, factory: str) -> Path:
     if (out / MANIFEST_FILE).is_file() and Manifest.load(out).passages == passages:
         return out
-    sample = Path("runs/sample-kb")
-    if not (sample / MANIFEST_FILE).is_file():
-        from local_retriever.sample import sample_dump_path
-
-        build_kb(sample_dump_path(), sample)
+    sample = ensure_sample_kb(Path("runs/sample-kb"))
     texts = (sample / "passages.jsonl").read_bytes().splitlines()
     out.parent.mkdir(parents=True, exist_ok=True)
     corpus = out.parent / f"corpus_{passages}.jsonl"

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .corpus import ScanReport, join_contents, normalise_row, scan_jsonl
 from .encoder import EncoderConfig
-from .manifest import Manifest
+from .manifest import MANIFEST_FILE, Manifest
 from .pages import PAGES_FILE, PageWriter
 from .store import OFFSETS_FILE, OffsetWriter, PassageStore
 
@@ -45,6 +45,15 @@ class BuildOptions:
     keep_embeddings: bool = False
     force: bool = False
     progress: bool = True
+
+
+def ensure_sample_kb(out: Path) -> Path:
+    """The bundled sample knowledge base at `out`, built with the defaults unless already there."""
+    from .sample import sample_dump_path
+
+    if not (Path(out) / MANIFEST_FILE).is_file():
+        build_kb(sample_dump_path(), out)
+    return Path(out)
 
 
 def detect_format(path: Path) -> str:

@@ -7,7 +7,6 @@ elsewhere with exponential backoff; a 4xx is the caller's mistake and is raised 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 from collections import Counter
@@ -173,11 +172,3 @@ def _checked(data: dict, n: int, path: str) -> list:
         got = len(result) if isinstance(result, list) else type(result).__name__
         raise RetrievalError(f"malformed {path} reply: expected 'result' with {n} entries, got {got}")
     return result
-
-
-def retrieve_sync(urls: str | Sequence[str], queries: list[str], topk: int = 5, **kw) -> list[list[dict]]:
-    async def go():
-        async with RetrievalClient(urls, **kw) as client:
-            return await client.retrieve(queries, topk)
-
-    return asyncio.run(go())

@@ -71,17 +71,14 @@ def _node_text(node) -> str:
         tag = str(node.tag).lower()
         if tag in _DROP_TAGS or node.wiki_markup in ("{|",):
             return ""
-        if tag in ("br", "p"):
-            return "\n"
-        if tag == "li" or tag == "dt" or tag == "dd":
+        if tag in ("br", "p", "li", "dt", "dd"):
             return "\n"
         return _render(node.contents) if node.contents is not None else ""
     return str(node)
 
 
-def _regex_strip(raw: str) -> str:
-    text = re.sub(r"<!--.*?-->", "", raw, flags=re.S)
-    text = re.sub(r"<ref[^>]*/>|<ref.*?</ref>", "", text, flags=re.S | re.I)
+def _regex_strip(text: str) -> str:
+    """Fallback renderer; comments and refs were removed before either renderer runs."""
     for _ in range(5):
         text = re.sub(r"\{\{[^{}]*\}\}|\{\|.*?\|\}", "", text, flags=re.S)
     text = re.sub(r"\[\[(?:File|Image|Category):[^\]]*\]\]", "", text, flags=re.I)
@@ -91,7 +88,7 @@ def _regex_strip(raw: str) -> str:
 
 
 def _tidy(text: str) -> str:
-    text = _FILE_LINKS.sub("", _TAGS.sub("", _REFS.sub("", text))).replace("'''", "").replace("''", "")
+    text = _FILE_LINKS.sub("", _TAGS.sub("", text)).replace("'''", "").replace("''", "")
     text = re.sub(r"\{\{|\}\}|\{\||\|\}|\[\[|\]\]", "", text)
     lines = []
     for line in text.split("\n"):

@@ -36,13 +36,22 @@ ALLOWED_ACTIONS = {
 }
 
 
+REASONING_HISTORY_CHARS = 25_000
+
+
 def build_prompt(agent_type: str, question: str) -> str:
     question = question.strip()
     if agent_type == "search-r1" and not question.endswith("?"):
         question += "?"
     if agent_type == "asearcher-reasoning":
-        return ASEARCHER_REASONING.format(question=question, history="(none yet)")
+        return reasoning_prompt(question, "")
     return TEMPLATES[agent_type].format(question=question)
+
+
+def reasoning_prompt(question: str, history: str) -> str:
+    """The reasoning agent's prompt: the question and only the last 25,000 characters of history."""
+    recent = history[-REASONING_HISTORY_CHARS:] if history else "(none yet)"
+    return ASEARCHER_REASONING.format(question=question.strip(), history=recent)
 
 
 def information(body: str) -> str:

@@ -34,6 +34,12 @@ def _sample_texts(limit_chars: int = 3_000_000):
                 return
 
 
+def ensure_tiny_model(out_dir: str | Path) -> Path:
+    """The tiny model at `out_dir`, made with the defaults unless already there."""
+    out = Path(out_dir)
+    return out if (out / "config.json").is_file() else make_tiny_model(out)
+
+
 def make_tiny_model(out_dir: str | Path, vocab_size: int = 4096, hidden_size: int = 64, layers: int = 2,
                     heads: int = 4, kv_heads: int = 2, max_positions: int = 8192, seed: int = 0) -> Path:
     import torch
