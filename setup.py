@@ -42,6 +42,7 @@ setup(
         "lxml_html_clean>=0.1",  # trafilatura needs it with lxml >= 5.2
         "markdownify>=0.12",
         "beautifulsoup4>=4.12",
+        "datasketch>=1.6",  # MinHash LSH: near-duplicate synthesised questions
     ],
     extras_require={
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],

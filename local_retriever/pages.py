@@ -90,6 +90,16 @@ class PageStore:
             key = target[0]
         return None
 
+    def sample(self, n: int, seed: int = 0, min_chars: int = 0) -> list[dict]:
+        """Up to `n` distinct pages drawn uniformly at random (reproducibly), skipping shorter ones."""
+        import random
+
+        db = self._conn()
+        rowids = [r[0] for r in db.execute("SELECT rowid FROM pages WHERE length(contents) >= ?", (min_chars,))]
+        picked = random.Random(seed).sample(rowids, min(n, len(rowids)))
+        return [_as_dict(db.execute("SELECT url, title, contents FROM pages WHERE rowid = ?", (i,)).fetchone())
+                for i in picked]
+
 
 def _as_dict(row) -> dict:
     url, title, contents = row

@@ -1,0 +1,105 @@
+"""One seed through the loop: validate it, then up to `rounds` injections and fuzzes, each validated.
+
+A candidate that passes quality and uniqueness replaces the current question, whether or not it is
+hard yet: questions get hard step by step. Only accepted questions answered without tools at most
+`max_solve_rate` of the time are emitted. The result is a plain dict (it crosses Ray process
+boundaries and is one line of `items.jsonl`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from asearcher_plugin.tools import ToolBox, ToolError
+
+from .chat import BadOutput, ChatClient, EndpointUnavailable, UsageLog
+from .config import SynthConfig
+from .steps import QA, fuzz, inject, seed_from_page
+from .validate import difficulty, quality, uniqueness
+
+INFRA_ERRORS = (EndpointUnavailable, ConnectionError, TimeoutError, OSError)
+
+
+@dataclass
+class Context:
+    cfg: SynthConfig
+    generator: ChatClient
+    judge: ChatClient
+    tools: ToolBox
+
+
+async def validate(ctx: Context, gen: ChatClient, judge: ChatClient, qa: QA) -> dict:
+    """Quality, then difficulty, then uniqueness of the wrong answers; stops at the first failure."""
+    verdicts: dict = {"quality": await quality(judge, qa, ctx.cfg)}
+    if not verdicts["quality"]["passed"]:
+        return {**verdicts, "passed": False, "reason": "quality: " + ", ".join(verdicts["quality"]["failed"])}
+    verdicts["difficulty"] = await difficulty(gen, judge, qa, ctx.cfg)
+    wrong = [a for a, ok in zip(verdicts["difficulty"]["answers"], verdicts["difficulty"]["correct"]) if not ok]
+    verdicts["uniqueness"] = await uniqueness(judge, qa, wrong, ctx.cfg)
+    if not verdicts["uniqueness"]["passed"]:
+        return {**verdicts, "passed": False, "reason": "uniqueness: another answer also fits"}
+    return {**verdicts, "passed": True, "reason": ""}
+
+
+def _variant(qa: QA, round_: int, solve_rate: float) -> dict:
+    return {**asdict(qa), "round": round_, "solve_rate": solve_rate}
+
+
+async def synth_item(ctx: Context, seed: dict) -> dict:
+    started = time.perf_counter()
+    usage = UsageLog()
+    gen, judge = ctx.generator.for_item(usage), ctx.judge.for_item(usage)
+    result = {"seed_id": seed["id"], "source": "page" if "page" in seed else "seed", "rounds": [], "variants": []}
+    try:
+        await _loop(ctx, gen, judge, seed, result)
+    except INFRA_ERRORS as exc:
+        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+    result["usage"] = usage.as_dict()
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    return result
+
+
+async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, result: dict) -> None:
+    cfg = ctx.cfg
+    try:
+        if "page" in seed:
+            qa = await seed_from_page(gen, seed["page"], cfg)
+        else:
+            qa = QA(seed["question"], seed["answer"], aliases=seed.get("aliases", []),
+                    facts=[f"{seed['question']} {seed['answer']}"])
+        verdicts = await validate(ctx, gen, judge, qa)
+    except BadOutput as exc:
+        result.update(status="dropped", reason=f"seed: {exc.code}", detail=exc.detail)
+        return
+    result["seed"] = {"question": qa.question, "answer": qa.answer}
+    result["rounds"].append({"round": 0, "action": "seed", "status": "accepted" if verdicts["passed"] else "rejected",
+                             "question": qa.question, "verdicts": verdicts, "reason": verdicts["reason"]})
+    if not verdicts["passed"]:
+        result.update(status="dropped", reason=f"seed: {verdicts['reason']}")
+        return
+    solve = verdicts["difficulty"]["solve_rate"]
+    if solve <= cfg.max_solve_rate:
+        result["variants"].append(_variant(qa, 0, solve))
+    for r in range(1, cfg.rounds + 1):
+        if solve == 0 and cfg.stop_when_unsolved:
+            break
+        action = cfg.actions[(r - 1) % len(cfg.actions)]
+        entry = {"round": r, "action": action}
+        try:
+            candidate = await (inject(gen, ctx.tools, qa, r, cfg) if action == "inject" else fuzz(gen, qa, r, cfg))
+            verdicts = await validate(ctx, gen, judge, candidate)
+        except (BadOutput, ToolError) as exc:
+            code = exc.code if isinstance(exc, BadOutput) else "search failed"
+            result["rounds"].append({**entry, "status": "dropped", "reason": f"{action}: {code}", "detail": str(exc)[:300]})
+            continue
+        accepted = verdicts["passed"]
+        result["rounds"].append({**entry, "status": "accepted" if accepted else "rejected", "question": candidate.question,
+                                 "verdicts": verdicts, "reason": verdicts["reason"]})
+        if accepted:
+            qa, solve = candidate, verdicts["difficulty"]["solve_rate"]
+            if solve <= cfg.max_solve_rate:
+                result["variants"].append(_variant(qa, r, solve))
+    result["variants"] = result["variants"][-cfg.max_variants_per_seed:]
+    result["status"] = "done" if result["variants"] else "dropped"
+    result["reason"] = "" if result["variants"] else "never hard enough"

@@ -1,0 +1,96 @@
+"""The run directory: `items.jsonl` (one line per finished seed, with every round's log) and
+`train.jsonl` (emitted questions, in the keys the recipes read).
+
+Both files are appended and flushed per item, so a crash loses only the items in flight. On start,
+training rows of an item whose `items.jsonl` line never got written are removed, and every
+finished seed is skipped; a `failed` seed (endpoint or tools unreachable) is tried again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import SynthConfig
+from .dedup import NearDuplicates
+
+ITEMS = "items.jsonl"
+TRAIN = "train.jsonl"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+    return rows
+
+
+def latest_items(out_dir: Path) -> dict[str, dict]:
+    """The last line per seed; a seed that failed and later finished counts as finished."""
+    latest: dict[str, dict] = {}
+    for row in read_jsonl(out_dir / ITEMS):
+        latest[row["seed_id"]] = row
+    return latest
+
+
+def training_row(result: dict, variant: dict, k: int) -> dict:
+    seed = result.get("seed", {})
+    return {
+        "id": f"{result['seed_id']}#r{variant['round']}",
+        "question": variant["question"],
+        "answer": variant["answer"],
+        "golden_answers": [variant["answer"]] + [a for a in variant["aliases"] if a != variant["answer"]],
+        "provenance": {
+            "seed_id": result["seed_id"], "source": result["source"], "seed_question": seed.get("question", ""),
+            "round": variant["round"], "injections": variant["injections"], "fuzzes": variant["fuzzes"],
+            "solve_rate": variant["solve_rate"], "k": k, "facts": variant["facts"],
+            "evidence": [{key: e.get(key, "") for key in ("round", "entity", "query", "title", "url", "quote", "fact")}
+                         for e in variant["evidence"]],
+            "edits": variant["edits"],
+        },
+    }
+
+
+class Output:
+    def __init__(self, out_dir: Path, cfg: SynthConfig):
+        self.dir, self.cfg = Path(out_dir), cfg
+        self.dir.mkdir(parents=True, exist_ok=True)
+        items = latest_items(self.dir)
+        self.finished = {sid for sid, row in items.items() if row["status"] != "failed"}
+        self.dedup = NearDuplicates(cfg.dedup_threshold)
+        train = [r for r in read_jsonl(self.dir / TRAIN) if r["provenance"]["seed_id"] in self.finished]
+        with open(self.dir / TRAIN, "w", encoding="utf-8") as fh:
+            for row in train:
+                self.dedup.add(row["id"], row["question"])
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        self.emitted = len(train)
+        self._items = open(self.dir / ITEMS, "a", encoding="utf-8")
+        self._train = open(self.dir / TRAIN, "a", encoding="utf-8")
+
+    def write(self, result: dict) -> None:
+        emitted = 0
+        for variant in result.get("variants", []):
+            row = training_row(result, variant, self.cfg.k)
+            duplicate = self.dedup.add(row["id"], row["question"])
+            if duplicate:
+                variant["duplicate_of"] = duplicate
+                continue
+            self._train.write(json.dumps(row, ensure_ascii=False) + "\n")
+            emitted += 1
+        result["emitted"] = emitted
+        self.emitted += emitted
+        if result.get("status") == "done" and not emitted:
+            result.update(status="dropped", reason="near-duplicate")
+        self._train.flush()
+        self._items.write(json.dumps(result, ensure_ascii=False) + "\n")
+        self._items.flush()
+        if result["status"] != "failed":
+            self.finished.add(result["seed_id"])
+
+    def close(self) -> None:
+        self._items.close()
+        self._train.close()
