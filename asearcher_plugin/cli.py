@@ -181,7 +181,7 @@ def eval_cmd(
 SYNTH_EXAMPLE = """
 Example, from seeds to a training file (two served models and the sample KB):
 
-  asearcher kb build --sample runs/sample-kb && asearcher kb serve runs/sample-kb --port 5005 &
+  asearcher kb build sample runs/sample-kb && asearcher kb serve runs/sample-kb --port 5005 &
   vllm serve Qwen/QwQ-32B --port 8001 &  vllm serve Qwen/Qwen2.5-72B-Instruct --port 8002 &
   asearcher synth runs/synth --seeds seeds.jsonl \\
       --generator-url http://127.0.0.1:8001/v1 --generator-model Qwen/QwQ-32B \\
