@@ -9,6 +9,7 @@ to replies served first, whatever the prompt (e.g. malformed JSON).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -30,7 +31,9 @@ def _sentences(text: str) -> list[str]:
 
 
 class FakeLLM:
-    def __init__(self, faults: dict[str, list[str]] | None = None, gold: dict[str, str] | None = None):
+    def __init__(self, faults: dict[str, list[str]] | None = None, gold: dict[str, str] | None = None,
+                 delay: float = 0.0):
+        self.delay = delay  # seconds per call, as a served model would take
         self.faults = {k: list(v) for k, v in (faults or {}).items()}
         self.gold = dict(gold or {})  # question -> answer the "strong model" knows
         self.calls: dict[str, int] = {}
@@ -46,6 +49,8 @@ class FakeLLM:
 
     async def chat(self, request: Request):
         body = await request.json()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         messages = body["messages"]
         prompt = messages[0]["content"]
         task = self._task(prompt)
