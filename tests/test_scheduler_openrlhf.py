@@ -18,7 +18,7 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
 
     samples_generator_module()
     from asearcher_plugin.rollout import _actor_class
-    from asearcher_plugin.scheduler.openrlhf import _make_class
+    from asearcher_plugin.scheduler.openrlhf import SlotTap, _make_class
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
@@ -36,8 +36,18 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
                                   eval_dataloader=None, tokenizer=None, vllm_engines=engines)
         kwargs = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_prompt": 2}
         consumed = 0
+        # OpenRLHF's slot queue: pre-filled with one 0 token; the trainer puts its global_step back
+        # when it takes a batch, then trains (global_step + 1). The tap reads the version off it.
+        from ray.util.queue import Queue
+
+        slots = Queue()
+        slots.put(0)
+        tap = SlotTap(slots, generator.trainer_steps)
         for step in range(3):
+            tap.get(block=True)
             samples, pass_rate, drawn, exhausted = generator.generate_samples(**kwargs)
+            slots.put(step)
+            assert generator._sched.version == max(0, step - 1)
             consumed += drawn
             assert len(samples) == 4 and not exhausted  # 2 complete groups of 2
             prompts_in_batch = [s.prompts[0] for s in samples]
@@ -46,5 +56,23 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
                 assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
                 assert s.info["staleness"].item() <= 1 and s.rewards is not None
         assert consumed == generator._sched.prompts_drawn >= 6
+        assert [s.info["staleness"].item() for s in samples] == [1 - s.info["policy_version_admitted"].item()
+                                                                  for s in samples]
     finally:
         ray.shutdown()
+
+
+def test_trainer_steps_count_updates_and_survive_a_resume():
+    from asearcher_plugin.scheduler.openrlhf import TrainerSteps
+
+    fresh = TrainerSteps()
+    for token in [0, 0, 0, 1, 2, 2, 3]:  # two pre-filled slots; 2 twice: an eval step returns its token
+        fresh.observe(token)
+    assert fresh.version == 3
+    resumed = TrainerSteps()
+    for token in [0, 0, 57, 58, 59]:  # pre-filled zeros, then the checkpoint's step
+        resumed.observe(token)
+    assert resumed.version == 2 and resumed.seen
+    ignored = TrainerSteps()
+    ignored.observe("done")
+    assert not ignored.seen

@@ -7,9 +7,11 @@ first. `install()` swaps the class in `openrlhf.trainer.ppo_trainer_async`; it m
 Ray worker that hosts the generator actor, which is what the launcher's
 `worker_process_setup_hook` does.
 
-Policy version: generate_samples() is called once per training step once a slot is free, so the
-k-th call happens after at least k - async_queue_size weight updates; that lower bound is the
-version used for staleness (conservative: the real version can only be newer).
+Policy version: read from the trainer's step count. OpenRLHF's trainer actor puts its
+`global_step` into `rollout_slots` before each train step, and the generator actor takes one of
+those tokens before each generate_samples() call; `install()` taps that queue in the generator
+actor (`TrainerSteps`). Without the tap (the generator used on its own) the version falls back to
+the call count: the k-th call comes after at least k - async_queue_size updates.
 
 Imported lazily: this module imports OpenRLHF's trainer, which needs Ray and vLLM.
 """
@@ -22,11 +24,54 @@ import threading
 from .core import FatalRolloutError, Group, StreamingScheduler
 
 
+class TrainerSteps:
+    """The policy version seen by the generator, counted from the trainer's slot tokens.
+
+    A token g is put after the trainer's g-th update was broadcast, so when the generator takes it
+    the engines hold version >= g. Versions count +1 per token step rather than using g itself: after
+    a resume the pre-filled tokens are 0 while the trainer continues from its checkpoint's step, and
+    that first jump is not an update of this run's weights.
+    """
+
+    def __init__(self):
+        self.version = 0
+        self.seen = False
+        self._last: int | None = None
+
+    def observe(self, step) -> None:
+        if isinstance(step, bool) or not isinstance(step, int):
+            return
+        if self._last is not None and step == self._last + 1:
+            self.version += 1
+        if self._last is None or step > self._last:
+            self._last = step
+        self.seen = True
+
+
+class SlotTap:
+    """`rollout_slots` as the generator actor sees it, reporting every token it takes."""
+
+    def __init__(self, queue, steps: TrainerSteps):
+        self._queue, self._steps = queue, steps
+
+    def get(self, *args, **kwargs):
+        step = self._queue.get(*args, **kwargs)
+        self._steps.observe(step)
+        return step
+
+    def __getattr__(self, name):
+        return getattr(self._queue, name)
+
+
 def _make_class():
     import ray
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
 
     class StreamingSamplesGenerator(SamplesGenerator):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.trainer_steps = TrainerSteps()
+
         def _ensure_started(self, generate_kwargs):
             if getattr(self, "_sched", None) is not None:
                 return
@@ -78,7 +123,8 @@ def _make_class():
             self._ensure_started(generate_kwargs)
             self._calls += 1
             sched = self._sched
-            version = max(0, self._calls - 1 - self.args.train.async_queue_size)
+            steps = self.trainer_steps
+            version = steps.version if steps.seen else max(0, self._calls - 1 - self.args.train.async_queue_size)
             self._loop.call_soon_threadsafe(sched.set_version, version)
             try:
                 groups = asyncio.run_coroutine_threadsafe(sched.next_batch(), self._loop).result()
@@ -117,3 +163,18 @@ def install() -> None:
     import openrlhf.trainer.ppo_trainer_async as async_trainer
 
     async_trainer.SamplesGenerator = _make_class()
+    # The generator actor is pickled by value when the trainer actor creates it, in a worker
+    # that has run this hook, so both patches travel with it.
+    actor_cls = async_trainer.GenerateSamplesActor.__ray_actor_class__
+    original = actor_cls.__init__
+    if getattr(original, "_asearcher_tap", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        steps = getattr(self.samples_generator, "trainer_steps", None)
+        if steps is not None:
+            self.rollout_slots = SlotTap(self.rollout_slots, steps)
+
+    __init__._asearcher_tap = True
+    actor_cls.__init__ = __init__
