@@ -155,6 +155,7 @@ class AgentExecutor(AgentExecutorBase):
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
         logprobs = [0.0] * len(tokens) if want_logprobs else None
         action_ranges, truncated, done, reward, result = [], False, False, 0.0, {}
+        first_call_at = last_token_at = None  # wall clock, mapped to policy versions by the scheduler
         while not done:
             budget = max_length - len(tokens)
             if budget <= 0:
@@ -162,7 +163,9 @@ class AgentExecutor(AgentExecutorBase):
                 break
             params = with_overrides(sampling_params, max_tokens=min(cap, budget), stop=list(STOP_STRINGS),
                                     include_stop_str_in_output=True)
+            first_call_at = first_call_at or time.time()
             out = (await llm_engine.generate(tokens, params)).outputs[0]
+            last_token_at = time.time()
             action_ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
             tokens = tokens + list(out.token_ids)
             if want_logprobs:
@@ -191,7 +194,7 @@ class AgentExecutor(AgentExecutorBase):
         return {"prompt": prompt, "label": label, "images": images, "mm_train_inputs": None,
                 "observation_tokens": tokens, "action_ranges": action_ranges, "rollout_log_probs": logprobs,
                 "reward": reward, "scores": reward, "truncated": truncated, "extra_logs": logs,
-                "answer": agent.answer, "text": observation}
+                "answer": agent.answer, "text": observation, "token_times": [first_call_at, last_token_at]}
 
     async def _execute_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""

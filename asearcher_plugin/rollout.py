@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from .scheduler.core import FatalRolloutError, StreamingScheduler
+from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
 
 
 def _actor_class():
@@ -116,6 +116,7 @@ async def _drain(sched: StreamingScheduler, fh, steps: int) -> int:
                                      "answer": sample.get("answer"), "reward": sample["reward"],
                                      "truncated": sample["truncated"], "logs": sample["extra_logs"],
                                      "admitted_version": group.admitted_version, "consumed_version": step,
+                                     **token_versions(sched.clock, sample),
                                      "tokens": len(sample["observation_tokens"])}) + "\n")
                 written += 1
         sched.set_version(step + 1)

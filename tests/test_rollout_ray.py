@@ -27,6 +27,9 @@ def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):
     assert len(rows) == 3 * 2 * 2  # steps x groups x samples
     assert {r["step"] for r in rows} == {0, 1, 2}
     assert all(r["consumed_version"] - r["admitted_version"] <= 1 for r in rows)  # eta = 1 in the recipe
+    # each trajectory dates its first and last token: never before its group's admission, never after use
+    assert all(r["admitted_version"] <= r["first_token_version"] <= r["last_token_version"] <= r["consumed_version"]
+               for r in rows)
     assert all(1 <= r["logs"]["turns"] <= 2 and r["tokens"] > 0 for r in rows)
     stats = json.loads(proc.stdout.strip().splitlines()[-2])
     assert stats["trajectories"] == 12 and stats["failed"] == 0

@@ -128,3 +128,15 @@ def test_a_dead_engine_stops_the_scheduler_with_its_name():
         await sched.aclose()
 
     asyncio.run(main())
+
+
+def test_version_clock_dates_tokens_with_the_version_then_in_force():
+    from asearcher_plugin.scheduler.core import VersionClock, token_versions
+
+    clock = VersionClock()
+    clock.record(1, at=100.0)
+    clock.record(1, at=150.0)  # no change, no entry
+    clock.record(2, at=200.0)
+    assert [clock.version_at(t) for t in (50.0, 100.0, 199.9, 200.0, 1e12)] == [0, 1, 1, 2, 2]
+    assert token_versions(clock, {"token_times": [120.0, 210.0]}) == {"first_token_version": 1, "last_token_version": 2}
+    assert token_versions(clock, {}) == {"first_token_version": None, "last_token_version": None}

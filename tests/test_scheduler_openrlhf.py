@@ -56,6 +56,9 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
                 assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
                 assert s.info["staleness"].item() <= 1 and s.rewards is not None
         assert consumed == generator._sched.prompts_drawn >= 6
+        for s in samples:
+            first, last = s.info["policy_version_first_token"].item(), s.info["policy_version_last_token"].item()
+            assert s.info["policy_version_admitted"].item() <= first <= last <= generator._sched.version
         assert [s.info["staleness"].item() for s in samples] == [1 - s.info["policy_version_admitted"].item()
                                                                   for s in samples]
     finally:

@@ -12,6 +12,7 @@ was admitted no earlier than version v - eta: no trajectory is staler than eta v
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import logging
 import time
@@ -42,6 +43,33 @@ class Group:
 RunGroup = Callable[[Any], Awaitable[list]]
 
 
+class VersionClock:
+    """When each policy version began (wall clock), to date a trajectory's first and last token.
+
+    Versions are recorded when the scheduler learns of them, after the weights changed, so the
+    version found for a time is a lower bound: staleness computed from it is never understated.
+    """
+
+    def __init__(self, version: int = 0):
+        self.times, self.versions = [float("-inf")], [version]
+
+    def record(self, version: int, at: Optional[float] = None) -> None:
+        if version != self.versions[-1]:
+            self.times.append(time.time() if at is None else at)
+            self.versions.append(version)
+
+    def version_at(self, t: Optional[float]) -> Optional[int]:
+        if t is None:
+            return None
+        return self.versions[bisect.bisect_right(self.times, t) - 1]
+
+
+def token_versions(clock: VersionClock, response: dict) -> dict:
+    """The policy versions of a trajectory's first and last generated token (None if unknown)."""
+    first, last = (response.get("token_times") or [None, None])[:2]
+    return {"first_token_version": clock.version_at(first), "last_token_version": clock.version_at(last)}
+
+
 class StreamingScheduler:
     def __init__(self, run_group: RunGroup, prompts: Iterator[Any], batch_size: int, max_concurrent: int,
                  max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1):
@@ -51,6 +79,7 @@ class StreamingScheduler:
         self.batch_size, self.max_concurrent, self.eta = batch_size, max_concurrent, max_staleness
         self.keep_group, self.max_retries = keep_group, max_retries
         self.version = 0
+        self.clock = VersionClock()
         self.admitted = 0  # groups counted against the staleness budget
         self.prompts_drawn = 0
         self.exhausted = False
@@ -72,6 +101,7 @@ class StreamingScheduler:
     def set_version(self, version: int) -> None:
         """After each weight update: a newer policy lets more groups in, and too-old ones out."""
         self.version = version
+        self.clock.record(version)
         self._drop_stale()
         self._changed.set()
 

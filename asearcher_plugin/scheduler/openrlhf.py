@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .core import FatalRolloutError, Group, StreamingScheduler
+from .core import FatalRolloutError, Group, StreamingScheduler, token_versions
 
 
 class TrainerSteps:
@@ -111,7 +111,15 @@ def _make_class():
                     responses = await refs[0]
                 except ray.exceptions.RayActorError as exc:  # a dead engine is not a failed trajectory
                     raise FatalRolloutError(f"a rollout engine died: {exc}") from None
-                return [self._process_response_into_experience(r, **generate_kwargs) for r in responses]
+                experiences = []
+                for r in responses:
+                    versions = token_versions(self._sched.clock, r)
+                    e = self._process_response_into_experience(r, **generate_kwargs)
+                    for key, v in versions.items():
+                        if v is not None:
+                            e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(v)
+                    experiences.append(e)
+                return experiences
 
             async def build():
                 return StreamingScheduler(run_group, prompts(), batch_size=args.rollout.batch_size,
