@@ -18,7 +18,7 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
 
     samples_generator_module()
     from asearcher_plugin.rollout import _actor_class
-    from asearcher_plugin.scheduler.openrlhf import SlotTap, _make_class
+    from asearcher_plugin.scheduler.openrlhf import REPLAY_KEY, SlotTap, _make_class
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
@@ -31,9 +31,14 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
                                  advantage=SimpleNamespace(is_correction_level="token")),
             train=SimpleNamespace(async_queue_size=1), vllm=SimpleNamespace(enable_sleep=False),
             asearcher=SimpleNamespace(max_concurrent=4, max_staleness=1))
-        prompts = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(9)]
-        generator = _make_class()(strategy=SimpleNamespace(args=args), prompts_dataloader=prompts,
-                                  eval_dataloader=None, tokenizer=None, vllm_engines=engines)
+        rows = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(9)]
+
+        def make_generator():
+            return _make_class()(strategy=SimpleNamespace(args=args), prompts_dataloader=PositionLoader(rows),
+                                 eval_dataloader=None, tokenizer=None, vllm_engines=engines)
+
+        generator = make_generator()
+        states, trained = [], []
         kwargs = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_prompt": 2}
         consumed = 0
         # OpenRLHF's slot queue: pre-filled with one 0 token; the trainer puts its global_step back
@@ -48,6 +53,13 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
             samples, pass_rate, drawn, exhausted = generator.generate_samples(**kwargs)
             slots.put(step)
             assert generator._sched.version == max(0, step - 1)
+            # what a checkpoint taken now stores: the position, and the prompts drawn but not trained on
+            states.append(generator.prompts_dataloader.state_dict())
+            trained += [s.prompts[0] for s in samples[::2]]
+            replay = [p[0] for p in states[-1][REPLAY_KEY]]
+            seen = [f"Question {i}?" for i in range(states[-1]["pos"])]
+            assert not set(replay) & set(trained) and set(replay) | set(trained) <= set(seen)
+            assert len(replay) == len(seen) - len(trained) - generator._sched.stats["stale_dropped"]
             consumed += drawn
             assert len(samples) == 4 and not exhausted  # 2 complete groups of 2
             prompts_in_batch = [s.prompts[0] for s in samples]
@@ -61,8 +73,35 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb
             assert s.info["policy_version_admitted"].item() <= first <= last <= generator._sched.version
         assert [s.info["staleness"].item() for s in samples] == [1 - s.info["policy_version_admitted"].item()
                                                                   for s in samples]
+        pending = [p[0] for p in states[0][REPLAY_KEY]]
+        assert pending  # after the first batch, groups were still running
+        # resume from the first checkpoint: its unconsumed prompts run first and are not counted again
+        resumed = make_generator()
+        resumed.prompts_dataloader.load_state_dict(states[0])
+        samples, _, drawn, _ = resumed.generate_samples(**kwargs)
+        assert resumed._replayed == len(pending)
+        assert drawn == resumed._sched.prompts_drawn - len(pending)
+        assert resumed.prompts_dataloader.state_dict()["pos"] == states[0]["pos"] + drawn
     finally:
         ray.shutdown()
+
+
+class PositionLoader:
+    """The part of torchdata's StatefulDataLoader that OpenRLHF's generator actor uses."""
+
+    def __init__(self, rows):
+        self.rows, self.pos = rows, 0
+
+    def __iter__(self):
+        while self.pos < len(self.rows):
+            self.pos += 1
+            yield self.rows[self.pos - 1]
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state):
+        self.pos = state["pos"]
 
 
 def test_trainer_steps_count_updates_and_survive_a_resume():

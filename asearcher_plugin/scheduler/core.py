@@ -124,6 +124,11 @@ class StreamingScheduler:
     def in_flight(self) -> list[Group]:
         return list(self._in_flight.values())
 
+    def unconsumed_prompts(self) -> list:
+        """Prompts drawn and not yet handed out (running, finished, or waiting for a retry), oldest first."""
+        groups = [*self._in_flight.values(), *self._ready, *self._retry]
+        return [g.prompt for g in sorted(groups, key=lambda g: g.index)]
+
     async def aclose(self) -> None:
         tasks = list(self._in_flight) + ([self._pump_task] if self._pump_task else [])
         for task in tasks:

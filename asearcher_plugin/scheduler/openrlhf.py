@@ -13,6 +13,11 @@ those tokens before each generate_samples() call; `install()` taps that queue in
 actor (`TrainerSteps`). Without the tap (the generator used on its own) the version falls back to
 the call count: the k-th call comes after at least k - async_queue_size updates.
 
+Resume: prompts drawn but not yet trained on (in flight, or finished and waiting) would be lost
+with a checkpoint, since the dataloader's position is already past them. The generator's
+dataloader `state_dict()` therefore returns a snapshot taken when the batch was handed out, with
+those prompts under `REPLAY_KEY`; `load_state_dict()` takes them out again and they are run first.
+
 Imported lazily: this module imports OpenRLHF's trainer, which needs Ray and vLLM.
 """
 
@@ -22,6 +27,8 @@ import asyncio
 import threading
 
 from .core import FatalRolloutError, Group, StreamingScheduler, token_versions
+
+REPLAY_KEY = "asearcher_unconsumed_prompts"
 
 
 class TrainerSteps:
@@ -71,6 +78,30 @@ def _make_class():
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.trainer_steps = TrainerSteps()
+            self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
+            self._carry_unconsumed_in_checkpoints()
+
+        def _carry_unconsumed_in_checkpoints(self):
+            dl = self.prompts_dataloader
+            live_state, live_load = getattr(dl, "state_dict", None), getattr(dl, "load_state_dict", None)
+            if live_state is None or live_load is None:
+                return
+
+            def state_dict():
+                return self._snapshot if self._snapshot is not None else live_state()
+
+            def load_state_dict(state):
+                state = dict(state)
+                self._replay = [tuple(p) for p in state.pop(REPLAY_KEY, [])]
+                self._snapshot = None
+                live_load(state)
+
+            dl.state_dict, dl.load_state_dict = state_dict, load_state_dict
+            self._live_state = live_state
+
+        async def _take_snapshot(self):
+            # Runs on the scheduler's loop, where prompts are drawn: position and list agree.
+            return {**self._live_state(), REPLAY_KEY: [list(p) for p in self._sched.unconsumed_prompts() + self._replay]}
 
         def _ensure_started(self, generate_kwargs):
             if getattr(self, "_sched", None) is not None:
@@ -96,6 +127,9 @@ def _make_class():
                 return not scores or low < sum(scores) / len(scores) < high
 
             def prompts():
+                while self._replay:
+                    self._replayed += 1
+                    yield self._replay.pop(0)
                 it = iter(self.prompts_dataloader)
                 while True:
                     batch, labels, images, exhausted = _collect_prompt_batch(it, 1)
@@ -145,8 +179,11 @@ def _make_class():
                     e.info["policy_version_admitted"] = _tensor(g.admitted_version)
                     e.info["staleness"] = _tensor(version - g.admitted_version)
                 samples.extend(g.samples)
-            consumed = sched.prompts_drawn - self._drawn_reported
-            self._drawn_reported = sched.prompts_drawn
+            if self._live_state is not None:
+                self._snapshot = asyncio.run_coroutine_threadsafe(self._take_snapshot(), self._loop).result()
+            drawn = sched.prompts_drawn - self._replayed  # replayed prompts were counted before the checkpoint
+            consumed = drawn - self._drawn_reported
+            self._drawn_reported = drawn
             finished = sched.stats["finished"]
             pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
             return samples, pass_rate, consumed, exhausted and not sched.in_flight()
