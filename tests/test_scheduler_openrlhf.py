@@ -118,3 +118,32 @@ def test_trainer_steps_count_updates_and_survive_a_resume():
     ignored = TrainerSteps()
     ignored.observe("done")
     assert not ignored.seen
+
+
+def test_openrlhf_async_trainer_has_the_shape_install_relies_on():
+    """`install()` patches names in openrlhf/trainer/ppo_trainer_async.py, which needs vLLM to import: read its source."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("openrlhf")
+    source = (Path(spec.origin).parent / "trainer" / "ppo_trainer_async.py").read_text()
+    tree = ast.parse(source)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    actor = classes["GenerateSamplesActor"]
+    assert any(isinstance(d, ast.Attribute) and d.attr == "remote" for d in actor.decorator_list)
+    methods = {f.name: ast.unparse(f) for f in actor.body if isinstance(f, ast.FunctionDef)}
+    # the generator is built from the module-level name that install() replaces
+    assert "self.samples_generator = SamplesGenerator(" in methods["__init__"]
+    assert "self.rollout_slots = rollout_slots" in methods["__init__"]
+    assert "prompts_dataloader=self.prompts_dataloader" in methods["__init__"]  # one dataloader object for both
+    assert "from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator" in source
+    # the slot token carries the trainer's step and is taken before each generate_samples() call
+    fit = methods["fit"]
+    assert fit.index("global_step = self.rollout_slots.get(") < fit.index("self.samples_generator.generate_samples(")
+    # the checkpointed dataloader state is read after the batch is handed out, from the same dataloader
+    assert fit.index("generate_samples(") < fit.index("self.prompts_dataloader.state_dict()")
+    assert "self.prompts_dataloader.load_state_dict(" in methods["load_state_dict"]
+    trainer_fit = ast.unparse(next(f for f in classes["TrainingActor"].body
+                                   if isinstance(f, ast.FunctionDef) and f.name == "fit"))
+    assert trainer_fit.index("self.rollout_slots.put(global_step") < trainer_fit.index("self.train_step(")
