@@ -79,25 +79,35 @@ class ConfigError(ValueError):
     pass
 
 
-def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
-    """Loads `path`, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigError, label: str | None = None) -> dict:
+    """A YAML file whose top level is a mapping; otherwise `error`, naming the file and the problem."""
     import yaml
 
-    path = path or os.environ.get(CONFIG_ENV)
-    if not path:
-        return AgentConfig()
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{CONFIG_ENV}={path}: file not found")
+        raise error(f"{label or path}: file not found")
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise error(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        raise error(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Pydantic's errors as `field.path: message; ...`."""
+    return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
+    """Loads `path`, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+    path = path or os.environ.get(CONFIG_ENV)
+    if not path:
+        return AgentConfig()
+    data = read_yaml_mapping(path, label=f"{CONFIG_ENV}={path}")
     data = data.get("agent", data)  # a recipe keeps the agent section under `agent:`
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {validation_problems(exc)}") from None

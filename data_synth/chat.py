@@ -12,18 +12,16 @@ import itertools
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from .config import EndpointConfig
+
+COOLDOWN_S = 10.0
 
 
 class EndpointUnavailable(RuntimeError):
@@ -77,6 +75,7 @@ class ChatClient:
         if not self.urls:
             raise ValueError(f"{role}: base_urls is empty")
         self._next = itertools.cycle(range(len(self.urls)))
+        self._down_until = [0.0] * len(self.urls)  # shared by every item: a dead URL is skipped for a while
         self._http = http or httpx.AsyncClient(timeout=cfg.timeout)
         self._own_http = http is None
         self.usage = usage or UsageLog()
@@ -107,10 +106,10 @@ class ChatClient:
         try:
             async for attempt in AsyncRetrying(
                     stop=stop_after_attempt(len(self.urls) * (self.cfg.retries + 1)),
-                    wait=wait_exponential(multiplier=0.2, max=10), retry=retry_if_exception_type(_Transient),
+                    wait=self._wait, retry=retry_if_exception_type(_Transient),
                     reraise=True):
                 with attempt:
-                    data = await self._post(next(self._next), body, errors)
+                    data = await self._post(self._pick(), body, errors)
         except _Transient:
             raise EndpointUnavailable(f"{self.role} endpoint: " + "; ".join(errors[-3:])) from None
         texts = [(c.get("message") or {}).get("content") or "" for c in data.get("choices") or []]
@@ -119,12 +118,27 @@ class ChatClient:
         self._account(stage, messages, texts, data.get("usage"))
         return texts
 
+    def _pick(self) -> int:
+        """The next URL in turn that is not cooling down after a failure (any, if all are)."""
+        now = time.monotonic()
+        for _ in range(len(self.urls)):
+            i = next(self._next)
+            if self._down_until[i] <= now:
+                return i
+        return next(self._next)
+
+    def _wait(self, state) -> float:
+        # fail over to the next URL at once; back off only after every URL has failed in a row
+        n = state.attempt_number
+        return 0.0 if n % len(self.urls) else min(10.0, 0.2 * 2 ** (n // len(self.urls) - 1))
+
     async def _post(self, index: int, body: dict, errors: list[str]) -> dict:
         url = self.urls[index]
         try:
             resp = await self._http.post(f"{url}/chat/completions", json=body, headers=self._headers)
         except httpx.HTTPError as exc:
             errors.append(f"{url}: {type(exc).__name__}")
+            self._down_until[index] = time.monotonic() + COOLDOWN_S
             raise _Transient() from None
         if resp.status_code == 429 or resp.status_code >= 500:
             errors.append(f"{url}: HTTP {resp.status_code}")
@@ -160,7 +174,7 @@ class ChatClient:
             except BadOutput as exc:
                 last = exc
                 messages = messages[:1] + [
-                    {"role": "assistant", "content": text},
+                    {"role": "assistant", "content": _THINK.sub("", text).strip()[-4000:]},
                     {"role": "user", "content": f"Your reply was rejected ({exc}). Reply again with the JSON object only."}]
         raise last
 

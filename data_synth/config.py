@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from asearcher_plugin.config import ToolsConfig
+from asearcher_plugin.config import ToolsConfig, read_yaml_mapping, validation_problems
 
 
 class _Strict(BaseModel):
@@ -62,19 +62,7 @@ class SynthConfigError(ValueError):
 
 def load_synth_config(path: str | Path | None, overrides: dict | None = None) -> SynthConfig:
     """The file's settings (or the defaults), with `overrides` (dotted keys) applied on top."""
-    import yaml
-
-    data: dict = {}
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise SynthConfigError(f"{path}: file not found")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise SynthConfigError(f"{path}: not valid YAML: {exc}") from None
-        if not isinstance(data, dict):
-            raise SynthConfigError(f"{path}: expected a mapping at the top level")
+    data = read_yaml_mapping(path, SynthConfigError) if path else {}
     for key, value in (overrides or {}).items():
         node = data
         *parents, leaf = key.split(".")
@@ -84,5 +72,4 @@ def load_synth_config(path: str | Path | None, overrides: dict | None = None) ->
     try:
         return SynthConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise SynthConfigError(f"{path or 'synth config'}: {problems}") from None
+        raise SynthConfigError(f"{path or 'synth config'}: {validation_problems(exc)}") from None

@@ -91,7 +91,10 @@ def test_bad_replies_are_retried_then_dropped_with_reason_and_the_run_goes_on(kb
     fake = _fake(seeds, faults={"plan_injection": ["I think the entity is Angola", '{"entity": "Angola"}'],
                                 "quality": ["HTTP 503"]})
     with serve_app(fake.app) as url:
-        stats = run_synth(seeds, _config(url + "/v1", kb_server, concurrency=1), tmp_path, progress=False)
+        # two generator URLs, one of them dead: calls fail over to the live one
+        cfg = _config(url + "/v1", kb_server, concurrency=1, **{"generator.base_urls": ["http://127.0.0.1:9/v1",
+                                                                                       url + "/v1"]})
+        stats = run_synth(seeds, cfg, tmp_path, progress=False)
     items = {i["seed_id"]: i for i in read_jsonl(tmp_path / "items.jsonl")}
     # a malformed reply and a missing field were re-asked and the round went on; a 503 was retried
     assert items["sample_0001"]["status"] == "done"
