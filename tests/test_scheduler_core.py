@@ -58,6 +58,34 @@ def test_staleness_never_exceeds_eta_and_admission_respects_capacity():
     asyncio.run(main())
 
 
+def test_a_straggler_past_eta_is_restarted_once_then_dropped():
+    runs = {0: [10.0, 0.001], 5: [10.0, 10.0]}  # 0 is slow once; 5 is always too slow to finish in time
+
+    async def run(prompt):
+        await asyncio.sleep(runs[prompt].pop(0) if prompt in runs else 0.001)
+        return [prompt]
+
+    async def main():
+        sched = StreamingScheduler(run, iter(range(20)), batch_size=2, max_concurrent=3, max_staleness=1)
+        consumed, version = [], 0
+        while True:
+            try:
+                batch = await asyncio.wait_for(sched.next_batch(), timeout=5)
+            except EOFError:
+                break
+            assert all(version - g.admitted_version <= 1 for g in batch)
+            consumed += batch
+            version += 1
+            sched.set_version(version)
+        assert sorted(g.prompt for g in consumed) == [p for p in range(20) if p != 5]
+        (zero,) = [g for g in consumed if g.prompt == 0]
+        assert zero.restarts == 1 and zero.admitted_version >= 2  # started afresh under a newer policy
+        assert sched.stats["stale_restarted"] == 2 and sched.stats["stale_dropped"] == 1
+        assert sched.prompts_drawn == 20 and not sched.unconsumed_prompts()
+
+    asyncio.run(main())
+
+
 def test_a_failing_rollout_is_retried_once_then_dropped():
     async def main():
         seen = []
@@ -87,7 +115,7 @@ def test_dynamic_filtering_replaces_groups_and_counts_prompts_exactly():
             sched.set_version(v + 1)
         assert len(got) == 15 and all(p % 3 for p in got)
         # Every prompt drawn from the dataset is accounted for: consumed, filtered, stale, or still pending.
-        pending = len(sched.in_flight()) + len(sched._ready)
+        pending = len(sched.unconsumed_prompts())
         assert sched.prompts_drawn == len(got) + sched.stats["filtered"] + sched.stats["stale_dropped"] + pending
         assert sched.stats["filtered"] >= 5
         await sched.aclose()

@@ -7,6 +7,8 @@ oldest admitted first, while stragglers keep running into the next training step
 Staleness (AReaL's rule): with policy version v and batch size B, the number of groups ever
 admitted is kept <= (eta + v + 1) * B. So a group consumed by the update that makes version v+1
 was admitted no earlier than version v - eta: no trajectory is staler than eta versions.
+A straggler that falls more than eta versions behind is stopped and its prompt started afresh
+(once), so a long-tail prompt is not lost from the epoch.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Group:
     admitted_at: float = 0.0
     finished_at: float = 0.0
     attempts: int = 0
+    restarts: int = 0  # times it was started afresh after falling more than eta versions behind
 
 
 RunGroup = Callable[[Any], Awaitable[list]]
@@ -72,25 +75,28 @@ def token_versions(clock: VersionClock, response: dict) -> dict:
 
 class StreamingScheduler:
     def __init__(self, run_group: RunGroup, prompts: Iterator[Any], batch_size: int, max_concurrent: int,
-                 max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1):
+                 max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1,
+                 max_stale_restarts: int = 1):
         if batch_size < 1 or max_concurrent < 1 or max_staleness < 0:
             raise ValueError("batch_size and max_concurrent must be >= 1 and max_staleness >= 0")
         self.run_group, self.prompts = run_group, iter(prompts)
         self.batch_size, self.max_concurrent, self.eta = batch_size, max_concurrent, max_staleness
-        self.keep_group, self.max_retries = keep_group, max_retries
+        self.keep_group, self.max_retries, self.max_stale_restarts = keep_group, max_retries, max_stale_restarts
         self.version = 0
         self.clock = VersionClock()
         self.admitted = 0  # groups counted against the staleness budget
         self.prompts_drawn = 0
         self.exhausted = False
         self._retry: list[Group] = []
+        self._restart: list[Group] = []
         self._in_flight: dict[asyncio.Task, Group] = {}
         self._ready: list[Group] = []
         self._counter = itertools.count()
         self._changed = asyncio.Event()
         self._ready_event = asyncio.Event()
         self._pump_task: Optional[asyncio.Task] = None
-        self.stats = {"finished": 0, "filtered": 0, "failed": 0, "retried": 0, "consumed": 0, "stale_dropped": 0}
+        self.stats = {"finished": 0, "filtered": 0, "failed": 0, "retried": 0, "consumed": 0,
+                      "stale_restarted": 0, "stale_dropped": 0}
 
     # -- what the trainer calls ------------------------------------------------------------
     def start(self) -> None:
@@ -125,8 +131,8 @@ class StreamingScheduler:
         return list(self._in_flight.values())
 
     def unconsumed_prompts(self) -> list:
-        """Prompts drawn and not yet handed out (running, finished, or waiting for a retry), oldest first."""
-        groups = [*self._in_flight.values(), *self._ready, *self._retry]
+        """Prompts drawn and not yet handed out (running, finished, or waiting to run again), oldest first."""
+        groups = [*self._in_flight.values(), *self._ready, *self._retry, *self._restart]
         return [g.prompt for g in sorted(groups, key=lambda g: g.index)]
 
     async def aclose(self) -> None:
@@ -140,7 +146,7 @@ class StreamingScheduler:
         try:
             while True:
                 self._admit()
-                if not self._in_flight and self.exhausted and not self._retry:
+                if not self._in_flight and self.exhausted and not self._retry and not self._restart:
                     return
                 self._changed.clear()
                 waiter = asyncio.ensure_future(self._changed.wait())
@@ -158,22 +164,33 @@ class StreamingScheduler:
         return self.version - group.admitted_version > self.eta
 
     def _drop_stale(self) -> None:
-        """A straggler started more than eta versions ago can no longer be consumed: stop it, free its slot."""
+        """A group started more than eta versions ago can no longer be consumed: stop it and free its slot;
+        its prompt starts afresh (a new admission under the current version) up to max_stale_restarts times."""
+        stale = []
         for task, group in list(self._in_flight.items()):
             if self._too_stale(group):
                 task.cancel()
                 del self._in_flight[task]
+                stale.append(group)
+        stale += [g for g in self._ready if self._too_stale(g)]
+        self._ready = [g for g in self._ready if not self._too_stale(g)]
+        for group in stale:
+            self.admitted -= 1
+            if group.restarts < self.max_stale_restarts:
+                group.restarts += 1
+                group.attempts, group.samples = 0, []
+                self._restart.append(group)
+                self.stats["stale_restarted"] += 1
+            else:
                 self.stats["stale_dropped"] += 1
-                self.admitted -= 1
-        fresh = [g for g in self._ready if not self._too_stale(g)]
-        self.stats["stale_dropped"] += len(self._ready) - len(fresh)
-        self.admitted -= len(self._ready) - len(fresh)
-        self._ready = fresh
 
     def _admit(self) -> None:
         while len(self._in_flight) < self.max_concurrent and (self._retry or self.admitted < self.capacity()):
             if self._retry:
                 group = self._retry.pop(0)  # a retry keeps its place in the staleness budget
+            elif self._restart:
+                group = self._restart.pop(0)  # keeps its index: consumed in dataset order when it finishes
+                self.admitted += 1
             else:
                 if self.exhausted:
                     return
