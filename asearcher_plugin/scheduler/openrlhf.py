@@ -73,6 +73,9 @@ class SlotTap:
 def _make_class():
     import ray
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
+    from openrlhf.utils.logging_utils import init_logger
+
+    logger = init_logger(__name__)  # OpenRLHF's handler: the line shows with the trainer's own logs
 
     class StreamingSamplesGenerator(SamplesGenerator):
         def __init__(self, *args, **kwargs):
@@ -186,6 +189,9 @@ def _make_class():
             self._drawn_reported = drawn
             finished = sched.stats["finished"]
             pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
+            # cumulative counts: a growing stale_dropped means eta is too small for the trajectory lengths
+            logger.info("streaming rollout at policy version %d: %d groups in flight, %s", version,
+                     len(sched.in_flight()), sched.stats)
             return samples, pass_rate, consumed, exhausted and not sched.in_flight()
 
     def _tensor(v):
