@@ -37,6 +37,8 @@ class SynthConfig(_Strict):
         default_factory=lambda: ["inject", "inject", "fuzz"],
         description="the cycle of actions, one per round (paper: ~2 injections per fuzz)")
     search_topk: int = Field(5, ge=1, le=20, description="passages shown to the generator for one injection")
+    page_passages: int = Field(2, ge=0, le=10, description="further passages of the top hit's page (read with "
+                               "the access tool, the ones naming the entity first) shown beside the search results")
     k: int = Field(8, ge=1, le=64, description="tool-free answers per difficulty check (paper: 8)")
     max_solve_rate: float = Field(0.25, ge=0.0, le=1.0,
                                   description="a question answered correctly without tools more often is not emitted")

@@ -48,7 +48,7 @@ def training_row(result: dict, variant: dict, k: int) -> dict:
             "seed_id": result["seed_id"], "source": result["source"], "seed_question": seed.get("question", ""),
             "round": variant["round"], "injections": variant["injections"], "fuzzes": variant["fuzzes"],
             "solve_rate": variant["solve_rate"], "k": k, "facts": variant["facts"],
-            "evidence": [{key: e.get(key, "") for key in ("round", "entity", "query", "title", "url", "quote", "fact")}
+            "evidence": [{key: e.get(key, "") for key in ("round", "entity", "query", "title", "url", "source", "quote", "fact")}
                          for e in variant["evidence"]],
             "edits": variant["edits"],
         },

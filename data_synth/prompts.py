@@ -100,7 +100,8 @@ Reply with JSON only: {{"also_valid": true|false, "reason": "<one sentence>"}}""
 
 
 def numbered(passages: list[dict], chars: int) -> str:
-    return "\n".join(f"[{i}] {p['title']}: {p['text'][:chars]}" for i, p in enumerate(passages, 1))
+    # one line each: the quote check ignores whitespace, so flattening loses nothing
+    return "\n".join(f"[{i}] {p['title']}: {' '.join(p['text'][:chars].split())}" for i, p in enumerate(passages, 1))
 
 
 def fact_lines(facts: list[str]) -> str:

@@ -12,7 +12,7 @@ from asearcher_plugin.tools import ToolError
 
 from . import prompts
 from .chat import BadOutput, ChatClient
-from .text import contains_quote, leaks, same_answer
+from .text import contains_quote, leaks, page_chunks, same_answer
 
 
 @dataclass
@@ -51,7 +51,7 @@ async def seed_from_page(gen: ChatClient, page: dict, cfg) -> QA:
 
     obj = await gen.ask_json(prompts.SEED_FROM_PAGE.format(title=page["title"], text=text), "seed",
                              {"question": str, "answer": str, "quote": str}, check, cfg.output_retries)
-    evidence = {"round": 0, "title": page["title"], "url": page.get("url", ""), "quote": obj["quote"]}
+    evidence = {"round": 0, "title": page["title"], "url": page.get("url", ""), "source": "page", "quote": obj["quote"]}
     return QA(obj["question"].strip(), obj["answer"].strip(), facts=[obj["quote"].strip()], evidence=[evidence],
               entities=[page["title"]])
 
@@ -71,7 +71,8 @@ async def inject(gen: ChatClient, tools, qa: QA, round_: int, cfg) -> QA:
     docs = await tools.search(plan["query"], cfg.search_topk)
     if not docs:
         raise ToolError(f"no results for {plan['query']!r}")
-    shown = [{**d, "text": d["text"][: cfg.evidence_chars]} for d in docs]
+    shown = [{**d, "text": d["text"][: cfg.evidence_chars], "source": "search"} for d in docs]
+    shown += await read_page(tools, docs[0], plan["entity"], cfg)
 
     def check(obj: dict) -> None:
         if not 1 <= obj["passage"] <= len(shown):
@@ -87,10 +88,33 @@ async def inject(gen: ChatClient, tools, qa: QA, round_: int, cfg) -> QA:
         cfg.output_retries)
     doc = shown[obj["passage"] - 1]
     evidence = {"round": round_, "entity": plan["entity"], "query": plan["query"], "title": doc.get("title", ""),
-                "url": doc.get("url", ""), "quote": obj["quote"], "fact": obj["fact"]}
+                "url": doc.get("url", ""), "source": doc["source"], "quote": obj["quote"], "fact": obj["fact"]}
     return replace(qa, question=obj["question"].strip(), facts=qa.facts + [obj["fact"].strip()],
                    evidence=qa.evidence + [evidence], entities=qa.entities + [plan["entity"]],
                    injections=qa.injections + 1)
+
+
+async def read_page(tools, hit: dict, entity: str, cfg) -> list[dict]:
+    """More of the top hit's page than its search passage, the parts naming the entity first, so a fact
+    can come from further down the page. A page that cannot be read leaves the search passages alone."""
+    if not cfg.page_passages:
+        return []
+    try:
+        page = await tools.access(hit.get("url") or hit["title"])
+    except ToolError:
+        return []
+    if not page:
+        return []
+    seen = _squash(hit["text"])[:200]  # the passage search already showed
+    chunks = [c for c in page_chunks(page, cfg.evidence_chars) if seen not in _squash(c)]
+    words = [w for w in entity.lower().split() if len(w) > 2]
+    chunks.sort(key=lambda c: -sum(w in c.lower() for w in words))  # stable: page order among equals
+    return [{"title": hit.get("title", ""), "url": hit.get("url", ""), "text": c, "source": "page"}
+            for c in chunks[: cfg.page_passages]]
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 async def fuzz(gen: ChatClient, qa: QA, round_: int, cfg) -> QA:

@@ -25,3 +25,24 @@ def contains_quote(text: str, quote: str) -> bool:
     """`quote` appears in `text`, ignoring case and whitespace; a quote under 3 words proves nothing."""
     q = _squash(quote).strip(" .\"'")
     return len(q.split()) >= 3 and q in _squash(text)
+
+
+def page_chunks(text: str, chars: int) -> list[str]:
+    """A page cut at paragraph ends into pieces of at most `chars` (a longer paragraph is cut bluntly)."""
+    chunks, cur = [], ""
+    for para in (p.strip() for p in text.split("\n")):
+        if not para:
+            continue
+        while len(para) > chars:
+            if cur:
+                chunks.append(cur)
+                cur = ""
+            chunks.append(para[:chars])
+            para = para[chars:]
+        if cur and len(cur) + 1 + len(para) > chars:
+            chunks.append(cur)
+            cur = ""
+        cur = f"{cur}\n{para}" if cur else para
+    if cur:
+        chunks.append(cur)
+    return chunks

@@ -94,6 +94,8 @@ class FakeLLM:
     def compose_injection(self, prompt: str, _: int) -> str:
         question, answer = _field(prompt, "Question"), _field(prompt, "Answer")
         passages = re.findall(r"^\[(\d+)\] ([^:\n]*): (.*)$", prompt, re.M)
+        if "(clue" in question:
+            passages = passages[::-1]  # a second injection takes its fact from further down the read page
         for number, title, text in passages:
             for sentence in _sentences(text):
                 if answer.lower() not in sentence.lower():

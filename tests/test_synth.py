@@ -47,6 +47,8 @@ def test_seeds_become_harder_grounded_training_rows(kb_server, tmp_path):
         assert row["answer"] == row["golden_answers"][0] and row["question"].count("(clue") == 2
         assert prov["injections"] == 2 and prov["solve_rate"] == 0.0 and prov["k"] == 4
         assert [e["round"] for e in prov["evidence"]] == [1, 2]
+        # the first fact came from a search passage, the second from the top hit's page, read with access
+        assert [e["source"] for e in prov["evidence"]] == ["search", "page"]
         for e in prov["evidence"]:
             # every added fact is quoted verbatim from a KB page that /access still returns by its URL
             assert e["url"] and e["title"] and e["query"] and e["entity"] and e["fact"]
@@ -185,6 +187,39 @@ def test_runs_in_shards_on_ray(kb_server, tmp_path):
         finally:
             ray.shutdown()
     assert stats["emitted"] == 3 and stats["seeds"] == {"finished": 3, "done": 3}
+
+
+def test_injection_reads_more_of_the_top_hits_page(kb_server):
+    import asyncio
+
+    from asearcher_plugin.tools import make_toolbox
+    from data_synth.steps import read_page
+    from data_synth.text import page_chunks
+
+    text = "First paragraph here.\n\n" + "x" * 250 + "\nShort one.\nAnother short one."
+    chunks = page_chunks(text, 100)
+    assert all(len(c) <= 100 for c in chunks) and "".join(chunks).replace("\n", "") == text.replace("\n", "")
+
+    cfg = _config("http://127.0.0.1:9/v1", kb_server, page_passages=2, evidence_chars=300)
+
+    async def main():
+        tools = make_toolbox(cfg)
+        try:
+            hit = (await tools.search("Angola civil war", 1))[0]
+            page = await tools.access(hit["url"])
+            got = await read_page(tools, hit, "Angola", cfg)
+            missing = await read_page(tools, {"title": "No such page at all", "url": "", "text": "nothing"}, "x", cfg)
+        finally:
+            await tools.aclose()
+        return hit, page, got, missing
+
+    hit, page, got, missing = asyncio.run(main())
+    flat = " ".join(page.split())
+    assert 1 <= len(got) <= 2 and missing == []
+    for p in got:
+        # pieces of the same page, not the passage search already showed
+        assert p["url"] == hit["url"] and p["source"] == "page" and " ".join(p["text"].split()) in flat
+        assert " ".join(hit["text"].split())[:200] not in " ".join(p["text"].split())
 
 
 def test_json_replies_and_seed_files_are_checked(tmp_path):
