@@ -191,7 +191,7 @@ def _make_class():
             pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
             # cumulative counts: a growing stale_dropped means eta is too small for the trajectory lengths
             logger.info("streaming rollout at policy version %d: %d groups in flight, %s", version,
-                     len(sched.in_flight()), sched.stats)
+                        len(sched.in_flight()), sched.stats)
             return samples, pass_rate, consumed, exhausted and not sched.in_flight()
 
     def _tensor(v):
