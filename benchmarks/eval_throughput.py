@@ -36,20 +36,6 @@ def fake_server(delay: float):
     return app
 
 
-def _wait(url: str, proc) -> None:
-    import httpx
-
-    for _ in range(100):
-        if proc.poll() is not None:
-            raise RuntimeError("the fake model server exited")
-        try:
-            httpx.post(f"{url}/v1/completions", json={}, timeout=5)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError("fake model server did not start")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--delay", type=float, default=0.25)
@@ -62,6 +48,7 @@ def main() -> None:
         uvicorn.run(fake_server(args.delay), host="127.0.0.1", port=args.serve, log_level="warning", access_log=False)
         return
 
+    import httpx
     from transformers import AutoTokenizer
 
     from asearcher_plugin.config import AgentConfig
@@ -71,6 +58,7 @@ def main() -> None:
     from asearcher_plugin.eval.runner import run_eval
     import subprocess
 
+    from local_retriever.quickstart import wait_until_up
     from tests.http_helpers import free_port
 
     model = ensure_tiny_model("runs/tiny-model")
@@ -84,7 +72,8 @@ def main() -> None:
     # The fake model server runs in its own process, as a real one would, not on the harness's event loop.
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--delay", str(args.delay)])
     try:
-        _wait(url, server)
+        wait_until_up(server, lambda: httpx.post(f"{url}/v1/completions", json={}, timeout=5), "fake model server",
+                      timeout=20)
         for conc in (1, 8, 64):
             n = {1: 16, 8: args.items}.get(conc, args.items * 4)  # enough waves to amortise the fixed report cost
             out = Path(tempfile.mkdtemp())

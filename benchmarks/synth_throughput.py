@@ -35,20 +35,6 @@ def _serve(port: int, seeds_file: str, delay: float) -> None:
     uvicorn.run(FakeLLM(gold=gold, delay=delay).app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def _wait_llm(url: str, proc) -> None:
-    import httpx
-
-    for _ in range(200):
-        if proc.poll() is not None:
-            raise RuntimeError("the scripted chat server exited")
-        try:
-            httpx.get(url, timeout=2)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError("scripted chat server did not start")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--delay", type=float, default=0.1)
@@ -59,10 +45,12 @@ def main() -> None:
         _serve(int(args.serve[0]), args.serve[1], args.delay)
         return
 
+    import httpx
+
     from data_synth.config import load_synth_config
     from data_synth.run import run_synth
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.quickstart import start_server, wait_healthy
+    from local_retriever.quickstart import start_server, wait_healthy, wait_until_up
     from local_retriever.sample import load_sample_questions
     from tests.http_helpers import free_port
 
@@ -80,7 +68,7 @@ def main() -> None:
     rows, payload = [], {}
     try:
         wait_healthy(kb_url, kb)
-        _wait_llm(llm_url, llm)
+        wait_until_up(llm, lambda: httpx.get(llm_url, timeout=2), "scripted chat server", timeout=20)
         base = None
         for conc in (1, 8, 32):
             n = 8 if conc == 1 else args.seeds

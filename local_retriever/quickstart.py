@@ -19,18 +19,25 @@ def start_server(kb_dir: Path, port: int, retriever: str, extra: list[str] = (),
     return subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> dict:
+def wait_until_up(proc: subprocess.Popen, probe, what: str, timeout: float = 120.0):
+    """`probe()`'s result once it stops raising httpx errors; fails fast if `proc` exits first."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with code {proc.returncode} before becoming healthy")
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before becoming healthy")
         try:
-            return httpx.get(f"{url}/health", timeout=2).json()
+            return probe()
         except httpx.HTTPError:
             time.sleep(0.3)
-    raise TimeoutError(f"server at {url} not healthy after {timeout:.0f}s")
+    raise TimeoutError(f"{what} not healthy after {timeout:.0f}s")
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> dict:
+    import httpx
+
+    return wait_until_up(proc, lambda: httpx.get(f"{url}/health", timeout=2).json(), f"server at {url}", timeout)
 
 
 def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, console: Console) -> dict:
