@@ -218,27 +218,20 @@ def synth(
     import json
     from pathlib import Path
 
-    import yaml
-
+    from asearcher_plugin.config import parse_assignment
     from data_synth.config import SynthConfigError, load_synth_config
     from data_synth.run import run_synth
     from data_synth.sources import SeedError, kb_page_seeds, load_seeds
 
-    overrides = {}
-    for item in set_:
-        key, sep, value = item.partition("=")
-        if not sep:
-            typer.echo(f"error: --set {item}: expected key=value", err=True)
-            raise typer.Exit(2)
-        overrides[key.strip()] = yaml.safe_load(value)
-    flags = {"generator.base_urls": generator_url or None, "generator.model": generator_model,
-             "judge.base_urls": judge_url or None, "judge.model": judge_model, "tools.local.urls": kb_url or None,
-             "rounds": rounds, "k": k, "concurrency": concurrency}
-    overrides.update({key: v for key, v in flags.items() if v is not None})
     if bool(seeds) == bool(kb_dir):
         typer.echo("error: give exactly one of --seeds or --kb-dir", err=True)
         raise typer.Exit(2)
+    flags = {"generator.base_urls": generator_url or None, "generator.model": generator_model,
+             "judge.base_urls": judge_url or None, "judge.model": judge_model, "tools.local.urls": kb_url or None,
+             "rounds": rounds, "k": k, "concurrency": concurrency}
     try:
+        overrides = dict(parse_assignment(item, SynthConfigError) for item in set_)
+        overrides.update({key: v for key, v in flags.items() if v is not None})
         cfg = load_synth_config(config, overrides)
         if seeds:
             items, problems = load_seeds(seeds)

@@ -95,6 +95,26 @@ def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigEr
     return data
 
 
+def parse_assignment(item: str, error: type[Exception] = ConfigError) -> tuple[str, object]:
+    """`--set key=value` as (key, value); the value is YAML, so `k=4` gives an int and `urls=[a, b]` a list."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise error(f"--set expects key=value, got {item!r}")
+    return key, yaml.safe_load(raw)
+
+
+def set_dotted(node: dict, key: str, value, error: type[Exception] = ConfigError) -> None:
+    """`node["a"]["b"] = value` for key `a.b`, creating sections on the way."""
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise error(f"--set {key}: {part} is not a section")
+    node[parts[-1]] = value
+
+
 def validation_problems(exc: ValidationError) -> str:
     """Pydantic's errors as `field.path: message; ...`."""
     return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import AgentConfig, ConfigError
+from .config import AgentConfig, ConfigError, parse_assignment, set_dotted
 
 
 class RecipeError(ValueError):
@@ -31,21 +31,12 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> dict:
 
 def apply_override(recipe: dict, item: str) -> None:
     """`--set openrlhf.rollout.batch_size=64` or `--set agent.max_turns=16`; values are YAML."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise RecipeError(f"--set expects key=value, got {item!r}")
-    value = yaml.safe_load(raw)
+    key, value = parse_assignment(item, RecipeError)
     section, _, rest = key.partition(".")
     if section == "openrlhf":
         recipe.setdefault("openrlhf", {})[rest] = value  # OpenRLHF flags are dotted names, kept whole
         return
-    node = recipe
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise RecipeError(f"--set {key}: {part} is not a section")
-    node[parts[-1]] = value
+    set_dotted(recipe, key, value, RecipeError)
 
 
 def openrlhf_argv(flags: dict) -> list[str]:

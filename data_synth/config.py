@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from asearcher_plugin.config import ToolsConfig, read_yaml_mapping, validation_problems
+from asearcher_plugin.config import ToolsConfig, read_yaml_mapping, set_dotted, validation_problems
 
 
 class _Strict(BaseModel):
@@ -66,11 +66,7 @@ def load_synth_config(path: str | Path | None, overrides: dict | None = None) ->
     """The file's settings (or the defaults), with `overrides` (dotted keys) applied on top."""
     data = read_yaml_mapping(path, SynthConfigError) if path else {}
     for key, value in (overrides or {}).items():
-        node = data
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_dotted(data, key, value, SynthConfigError)
     try:
         return SynthConfig.model_validate(data)
     except ValidationError as exc:

@@ -12,7 +12,7 @@ from asearcher_plugin.tools import ToolError
 
 from . import prompts
 from .chat import BadOutput, ChatClient
-from .text import contains_quote, leaks, page_chunks, same_answer
+from .text import contains_quote, leaks, page_chunks, same_answer, squash
 
 
 @dataclass
@@ -105,16 +105,12 @@ async def read_page(tools, hit: dict, entity: str, cfg) -> list[dict]:
         return []
     if not page:
         return []
-    seen = _squash(hit["text"])[:200]  # the passage search already showed
-    chunks = [c for c in page_chunks(page, cfg.evidence_chars) if seen not in _squash(c)]
+    seen = squash(hit["text"])[:200]  # the passage search already showed
+    chunks = [c for c in page_chunks(page, cfg.evidence_chars) if seen not in squash(c)]
     words = [w for w in entity.lower().split() if len(w) > 2]
     chunks.sort(key=lambda c: -sum(w in c.lower() for w in words))  # stable: page order among equals
     return [{"title": hit.get("title", ""), "url": hit.get("url", ""), "text": c, "source": "page"}
             for c in chunks[: cfg.page_passages]]
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 async def fuzz(gen: ChatClient, qa: QA, round_: int, cfg) -> QA:

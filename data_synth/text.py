@@ -17,14 +17,15 @@ def leaks(answer: str, question: str) -> bool:
     return bool(ans) and f" {ans} " in f" {normalize_answer(question)} "
 
 
-def _squash(text: str) -> str:
+def squash(text: str) -> str:
+    """Lower case, runs of whitespace made one space: the form quotes are compared in."""
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
 def contains_quote(text: str, quote: str) -> bool:
     """`quote` appears in `text`, ignoring case and whitespace; a quote under 3 words proves nothing."""
-    q = _squash(quote).strip(" .\"'")
-    return len(q.split()) >= 3 and q in _squash(text)
+    q = squash(quote).strip(" .\"'")
+    return len(q.split()) >= 3 and q in squash(text)
 
 
 def page_chunks(text: str, chars: int) -> list[str]:
