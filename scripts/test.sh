@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what the test suite needs (Chromium from Debian for the report test, the package with its
-# test extras, OpenRLHF 0.11.2 without its GPU dependencies) and runs the whole suite.
+# test extras, OpenRLHF 0.11.2 without its GPU dependencies), checks the packages' imports against
+# setup.py (deptry), and runs the whole suite.
 set -e
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -9,4 +10,5 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 pip install -c constraints/cpu.txt -e ".[test]"
 pip install --no-deps openrlhf==0.11.2
+python scripts/check_deps.py
 python -m pytest -q "$@"
