@@ -54,5 +54,5 @@ setup(
                  "deptry>=0.25"],  # scripts/check_deps.py: imports against the lists above
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:app"]},
+    entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:main"]},
 )

@@ -259,5 +259,23 @@ def make_tiny_model_cmd(
     typer.echo(str(path))
 
 
+# Modules that only an extra installs: a command that reaches one without it says which extra, in one line.
+EXTRA_MODULES = {"openrlhf": "train", "vllm": "train", "deepspeed": "train", "flash_attn": "train"}
+
+
+def main() -> None:
+    """The `asearcher` console script."""
+    try:
+        app()
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRA_MODULES:
+            raise
+        extra = EXTRA_MODULES[top]
+        typer.echo(f"error: {top} is not installed; it comes with the [{extra}] extra: "
+                   f"pip install 'asearcher-plugin[{extra}]'", err=True)
+        raise SystemExit(2) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -25,7 +25,8 @@ class RecipeFlagError(ValueError):
 def train_ppo_ray_source() -> Path:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
-        raise RecipeFlagError("openrlhf is not installed (pip install --no-deps openrlhf==0.11.2 to check recipes)")
+        raise RecipeFlagError("openrlhf is not installed; it comes with the [train] extra: pip install "
+                              "'asearcher-plugin[train]' (to check recipes only: pip install --no-deps openrlhf==0.11.2)")
     return Path(list(spec.submodule_search_locations)[0]) / "cli" / "train_ppo_ray.py"
 
 

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from local_retriever.quickstart import start_server, wait_healthy
 from tests.http_helpers import free_port
 
@@ -72,3 +74,35 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
     report = tmp_path / "eval" / "report.html"
     assert report.is_file() and f"report: {report.resolve()}" in out.stderr.replace("\n", "")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["items_ok"] == 3
+
+
+def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
+    from pathlib import Path
+
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml"
+    hide = "import sys; sys.modules.update(dict.fromkeys(['openrlhf', 'vllm', 'deepspeed'])); "  # as if not installed
+    out = subprocess.run([sys.executable, "-c", hide + "from asearcher_plugin.cli import main; main()",
+                          "train", str(recipe), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert [line for line in out.stderr.splitlines() if "pip install 'asearcher-plugin[train]'" in line], out.stderr
+
+
+def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, capsys):
+    from asearcher_plugin import cli
+
+    def needs_vllm():
+        raise ModuleNotFoundError("No module named 'vllm.engine'", name="vllm.engine")
+
+    monkeypatch.setattr(cli, "app", needs_vllm)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == ("error: vllm is not installed; it comes with the [train] extra: "
+                                       "pip install 'asearcher-plugin[train]'\n")
+
+    def broken_install():
+        raise ModuleNotFoundError("No module named 'faiss'", name="faiss")
+
+    monkeypatch.setattr(cli, "app", broken_install)
+    with pytest.raises(ModuleNotFoundError):  # a base dependency missing is a broken install: the traceback stays
+        cli.main()
