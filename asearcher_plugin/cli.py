@@ -33,35 +33,44 @@ def quickstart(
 def train(
     recipe: str = typer.Argument(..., help="recipe YAML (see recipes/)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. openrlhf.rollout.batch_size=64 or agent.max_turns=16"),
-    print_cmd: bool = typer.Option(False, help="print the OpenRLHF and `ray job submit` commands and exit"),
-    dry_run: bool = typer.Option(False, help="check the flags with OpenRLHF's own parser and asserts, then exit"),
-    run_dir: str = typer.Option("runs/train", help="where the agent config is written"),
+    print_cmd: bool = typer.Option(False, help="print the launcher and `ray job submit` commands and exit"),
+    dry_run: bool = typer.Option(False, help="check the recipe and the flags with OpenRLHF's own parser and asserts, "
+                                             "then exit"),
+    cpu: bool = typer.Option(False, help="OpenRLHF's real orchestration without a GPU: vLLM and DeepSpeed replaced by "
+                                         "CPU stand-ins (asearcher_plugin.openrlhf_cpu); for trying the recipe path"),
 ):
-    """Train with OpenRLHF from a recipe: the agent config is written and named by $ASEARCHER_CONFIG."""
-    from pathlib import Path
+    """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""
+    import shlex
 
-    from asearcher_plugin.launch import build_command, ray_job_command, run_openrlhf
+    from asearcher_plugin.launch import LaunchError, build_command, ray_job_command, run_openrlhf
     from asearcher_plugin.openrlhf_args import RecipeFlagError, check_args
     from asearcher_plugin.recipe import RecipeError
 
     try:
-        argv, env = build_command(recipe, set_, Path(run_dir))
-    except RecipeError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        argv, config = build_command(recipe, set_)
+        if print_cmd:
+            typer.echo(f"ASEARCHER_RUN_CONFIG={shlex.quote(config.model_dump_json())} python -m asearcher_plugin.launch "
+                       + shlex.join(argv))
+            typer.echo(ray_job_command(argv, config))
+            return
+        if dry_run:
+            args = check_args(argv)
+            if config.scheduler.enable and args.train.async_enable:
+                from asearcher_plugin.scheduler.settings import resolve_settings
+
+                settings = resolve_settings(config.scheduler, args)
+                typer.echo(f"streaming scheduler: max_staleness {settings.max_staleness}, max_concurrent "
+                           f"{settings.max_concurrent} groups, on_stale {settings.on_stale}")
+            typer.echo(f"{recipe}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
+            return
+    except (RecipeError, RecipeFlagError, LaunchError, ValueError) as exc:
+        typer.echo(f"error: {recipe}: {exc}", err=True)
         raise typer.Exit(2)
-    if print_cmd:
-        typer.echo(" ".join(f"{k}={v}" for k, v in env.items()) + " python -m openrlhf.cli.train_ppo_ray " + " ".join(argv))
-        typer.echo(ray_job_command(argv, env))
-        return
-    if dry_run:
-        try:
-            check_args(argv)
-        except RecipeFlagError as exc:
-            typer.echo(f"error: {recipe}: {exc}", err=True)
-            raise typer.Exit(2)
-        typer.echo(f"{recipe}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
-        return
-    run_openrlhf(argv, env)
+    try:
+        run_openrlhf(argv, config, cpu=cpu)
+    except (RecipeFlagError, LaunchError) as exc:  # refused before any actor starts
+        typer.echo(f"error: {recipe}: {exc}", err=True)
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -88,7 +97,9 @@ def rollout(
     except RecipeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    flags, sched = r["openrlhf"], r.get("scheduler") or {}
+    from asearcher_plugin.recipe import run_config
+
+    flags, sched = r["openrlhf"], run_config(r).scheduler
     model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
     if model == Path("runs/tiny-model"):
         from asearcher_plugin.engines.tiny_model import ensure_tiny_model
@@ -109,8 +120,8 @@ def rollout(
     try:
         result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, Path(out), engines,
                                  int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
-                                 steps, int(sched.get("max_concurrent", 8)), int(sched.get("max_staleness", 1)),
-                                 int(flags.get("data.max_len", 2048)), float(flags.get("rollout.temperature", 1.0))))
+                                 steps, sched, int(flags.get("data.max_len", 2048)),
+                                 float(flags.get("rollout.temperature", 1.0))))
     except KeyboardInterrupt:
         typer.echo(f"interrupted: engines stopped; trajectories so far are in {out}", err=True)
         raise typer.Exit(130)

@@ -12,7 +12,10 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-CONFIG_ENV = "ASEARCHER_CONFIG"
+CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
+# The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
+# runtime env, so every rollout actor on every node reads the same config, with no file to copy.
+RUN_CONFIG_ENV = "ASEARCHER_RUN_CONFIG"
 AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning"]
 
 
@@ -75,6 +78,33 @@ class AgentConfig(_Strict):
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
 
+class SchedulerConfig(_Strict):
+    """The streaming scheduler inside OpenRLHF's async trainer (a recipe's `scheduler:` section)."""
+
+    enable: bool = Field(True, description="stream with the plugin's scheduler (needs --train.async_enable and "
+                                           "--train.partial_rollout_enable); false keeps OpenRLHF's generator")
+    max_staleness: Optional[int] = Field(
+        None, ge=0, description="eta: groups admitted <= (eta + v + 1) x rollout.batch_size at engine version v, so a "
+        "group consumed in its turn trains at most eta versions after admission. OpenRLHF's async queue alone "
+        "costs async_queue_size versions, so eta >= async_queue_size; eta - async_queue_size batches stream "
+        "ahead. Default: async_queue_size + 2")
+    max_concurrent: Optional[int] = Field(
+        None, ge=1, description="cap on prompt groups in flight; default (eta + 1) x rollout.batch_size, i.e. only "
+        "the staleness rule limits admission")
+    on_stale: Literal["keep", "restart"] = Field(
+        "keep", description="keep: never stop a running group (AReaL); restart: a group that can no longer be "
+        "consumed within eta is started afresh once, then dropped")
+    trace: Optional[str] = Field(None, description="JSONL file (on the generator's node): one line per batch handed "
+                                                 "to the trainer, with each group's versions and staleness")
+
+
+class RunConfig(_Strict):
+    """What travels with a training run besides OpenRLHF's flags."""
+
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+
+
 class ConfigError(ValueError):
     pass
 
@@ -121,7 +151,9 @@ def validation_problems(exc: ValidationError) -> str:
 
 
 def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
-    """Loads `path`, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+    """Loads `path`, or the run config in $ASEARCHER_RUN_CONFIG, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+    if not path and os.environ.get(RUN_CONFIG_ENV):
+        return load_run_config_env().agent
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         return AgentConfig()
@@ -131,3 +163,14 @@ def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {validation_problems(exc)}") from None
+
+
+def load_run_config_env() -> RunConfig:
+    import json
+
+    raw = os.environ.get(RUN_CONFIG_ENV, "")
+    try:
+        return RunConfig.model_validate(json.loads(raw))
+    except ValueError as exc:
+        problem = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise ConfigError(f"{RUN_CONFIG_ENV}: {problem}") from None

@@ -1,8 +1,13 @@
-"""`asearcher train RECIPE.yaml`: a recipe becomes an OpenRLHF run with the plugin's agent.
+"""`asearcher train RECIPE.yaml`: a recipe becomes an OpenRLHF run with the plugin's agent and scheduler.
 
-`python -m asearcher_plugin.launch --agent asearcher_plugin.env <OpenRLHF flags>` does the same
-for users who keep their own flags. OpenRLHF builds its parser under `__main__`, so the run goes
-through `runpy` with the assembled argv.
+`python -m asearcher_plugin.launch --config run.yaml [--agent asearcher_plugin.env] <OpenRLHF flags>`
+does the same for users who keep their own flags; `run.yaml` holds `agent:` and `scheduler:`.
+
+The run config is validated here, then travels as JSON in Ray's runtime env
+(`ASEARCHER_RUN_CONFIG`): the rollout actors read the agent config from it on every node, and
+the scheduler settings are baked into the generator actor class that `install()` puts in place
+before OpenRLHF's `train()` creates its actors. OpenRLHF builds its parser under `__main__`, so
+the run goes through `runpy` with the assembled argv: its own parser, checks and `train()`.
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config import CONFIG_ENV
-from .recipe import load_recipe, openrlhf_argv, write_agent_config
+from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env, read_yaml_mapping
+from .recipe import load_recipe, openrlhf_argv, run_config
+
+
+class LaunchError(ValueError):
+    pass
 
 
 def agent_path(spec: str) -> str:
@@ -26,58 +35,117 @@ def agent_path(spec: str) -> str:
 
     found = importlib.util.find_spec(spec)
     if found is None or not found.origin:
-        raise SystemExit(f"--agent {spec}: no such module")
+        raise LaunchError(f"--agent {spec}: no such module")
     return found.origin
 
 
-def build_command(recipe_path: str, overrides: list[str], run_dir: Path) -> tuple[list[str], dict]:
+def build_command(recipe_path: str, overrides: list[str]) -> tuple[list[str], RunConfig]:
     recipe = load_recipe(recipe_path, overrides)
-    config = write_agent_config(recipe, run_dir / "agent.yaml")
     argv = openrlhf_argv(recipe["openrlhf"]) + ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
-    sched = recipe.get("scheduler") or {}
-    env = {CONFIG_ENV: str(config.resolve())}
-    for key in ("max_concurrent", "max_staleness"):
-        if key in sched:
-            env[f"ASEARCHER_{key.upper()}"] = str(sched[key])
-    return argv, env
+    return argv, run_config(recipe)
 
 
-def ray_job_command(argv: list[str], env: dict) -> str:
-    runtime = json.dumps({"env_vars": env})
+def runtime_env_vars(config: RunConfig) -> dict:
+    """OpenRLHF's own defaults (it sets them only when it starts Ray itself) plus the run config."""
+    return {"TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+            "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+            RUN_CONFIG_ENV: config.model_dump_json()}
+
+
+def ray_job_command(argv: list[str], config: RunConfig) -> str:
+    """The same run on a cluster: the config rides in the job's runtime env, the entrypoint installs the scheduler."""
+    runtime = json.dumps({"env_vars": {RUN_CONFIG_ENV: config.model_dump_json()}})
     return (f"ray job submit --address $RAY_ADDRESS --runtime-env-json {shlex.quote(runtime)} -- "
-            f"python -m openrlhf.cli.train_ppo_ray {shlex.join(argv)}")
+            f"python -m asearcher_plugin.launch {shlex.join(argv)}")
 
 
-SETUP_HOOK = "asearcher_plugin.scheduler.openrlhf.install"
+def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
+    """Checks the flags with OpenRLHF's own parser, starts Ray, installs the scheduler, runs `train()`.
 
-
-def run_openrlhf(argv: list[str], env: dict, streaming: bool = True) -> None:
-    """Starts Ray with the streaming scheduler installed in every worker, then OpenRLHF's own CLI.
-
-    OpenRLHF only calls `ray.init` when Ray is not initialised, so initialising it here with a
-    `worker_process_setup_hook` is how the generator actor (a separate worker process) gets the
-    streaming generator. Its env vars are OpenRLHF's defaults plus the agent config.
+    `cpu`: OpenRLHF's real orchestration with the CUDA-only parts replaced (`asearcher_plugin.openrlhf_cpu`).
     """
-    os.environ.update(env)
-    if streaming:
-        import ray
+    resources = {}
+    if cpu:
+        from . import openrlhf_cpu
 
-        env_vars = {"TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
-                    "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
-                    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"), **env}
-        ray.init(runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})
+        resources = openrlhf_cpu.activate()  # before anything imports vLLM or starts Ray workers
+    from .openrlhf_args import check_args
+
+    args = check_args(argv)
+    if cpu:
+        try:
+            openrlhf_cpu.check_args(args)
+        except ValueError as exc:
+            raise LaunchError(str(exc)) from None
+    settings = None
+    if config.scheduler.enable and args.train.async_enable:
+        from .scheduler.settings import StreamingSettingsError, resolve_settings
+
+        try:
+            settings = resolve_settings(config.scheduler, args)
+        except StreamingSettingsError as exc:
+            raise LaunchError(str(exc)) from None
+    elif config.scheduler.enable:
+        print("asearcher: --train.async_enable is off: OpenRLHF's synchronous trainer and generator run, without "
+              "the streaming scheduler", file=sys.stderr)
+    env = runtime_env_vars(config)
+    os.environ.update(env)
+    import ray
+
+    if not ray.is_initialized():  # OpenRLHF then skips its own ray.init
+        ray.init(runtime_env={"env_vars": env}, **resources)
+    if settings is not None:
+        from .scheduler.openrlhf import install
+
+        install(settings)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
 
 
+def config_for_launch(path: str | None) -> RunConfig:
+    """--config FILE, else the run config a `ray job submit` carried, else $ASEARCHER_CONFIG; never silent defaults."""
+    try:
+        if path:
+            return RunConfig.model_validate(_sections(read_yaml_mapping(path, LaunchError), path))
+        if os.environ.get(RUN_CONFIG_ENV):
+            return load_run_config_env()
+        if os.environ.get(CONFIG_ENV):
+            return RunConfig.model_validate(_sections(read_yaml_mapping(os.environ[CONFIG_ENV], LaunchError),
+                                                      os.environ[CONFIG_ENV]))
+    except (ConfigError, ValueError) as exc:
+        raise LaunchError(str(exc)) from None
+    raise LaunchError("no agent config: pass --config run.yaml (with `agent:` and optionally `scheduler:` sections), "
+                      "or use `asearcher train RECIPE.yaml`")
+
+
+def _sections(data: dict, path: str) -> dict:
+    unknown = set(data) - {"agent", "scheduler", "description", "resources", "openrlhf"}
+    if unknown:
+        raise LaunchError(f"{path}: unknown section(s) {sorted(unknown)}; expected agent, scheduler")
+    return {k: data[k] or {} for k in ("agent", "scheduler") if k in data}
+
+
 def main(args: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if args is None else args)
-    agent = "asearcher_plugin.env"
-    if "--agent" in args:
-        i = args.index("--agent")
-        agent = args[i + 1]
-        del args[i : i + 2]
-    run_openrlhf([*args, "--train.agent_func_path", agent_path(agent)], {})
+    agent, config, cpu = "asearcher_plugin.env", None, False
+    try:
+        for flag in ("--agent", "--config"):
+            if flag in args:
+                i = args.index(flag)
+                if i + 1 >= len(args):
+                    raise LaunchError(f"{flag} needs a value")
+                value = args[i + 1]
+                del args[i: i + 2]
+                agent, config = (value, config) if flag == "--agent" else (agent, value)
+        if "--cpu" in args:
+            args.remove("--cpu")
+            cpu = True
+        if "--train.agent_func_path" not in args:
+            args += ["--train.agent_func_path", agent_path(agent)]
+        run_openrlhf(args, config_for_launch(config), cpu=cpu)
+    except LaunchError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

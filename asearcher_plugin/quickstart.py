@@ -25,7 +25,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
     from local_retriever.quickstart import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions, sample_dump_path
 
-    from .config import AgentConfig
+    from .config import AgentConfig, SchedulerConfig
     from .engines.tiny_model import make_tiny_model
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval
@@ -60,7 +60,8 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
         ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         try:
             stats = asyncio.run(rollout(str(tiny), agent, prompts, workdir / "rollout" / "trajectories.jsonl", engines=2,
-                                        batch_size=2, n_samples=2, steps=3, max_concurrent=4, max_staleness=1,
+                                        batch_size=2, n_samples=2, steps=3,
+                                        scheduler=SchedulerConfig(max_concurrent=4, max_staleness=1),
                                         max_length=1024)) if not base_url else None
         finally:
             ray.shutdown()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
-from .config import AgentConfig, ConfigError, parse_assignment, set_dotted
+from .config import ConfigError, RunConfig, parse_assignment, set_dotted, validation_problems
 
 
 class RecipeError(ValueError):
@@ -22,11 +23,23 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> dict:
         raise RecipeError(f"{path}: a recipe needs an `openrlhf:` section of flags")
     for item in overrides:
         apply_override(recipe, item)
+    unknown = set(recipe) - {"description", "resources", "agent", "scheduler", "openrlhf"}
+    if unknown:
+        raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}")
     try:
-        AgentConfig.model_validate(recipe.get("agent") or {})
-    except Exception as exc:  # noqa: BLE001 - pydantic's message names the field
-        raise RecipeError(f"{path}: agent section: {exc}") from None
+        config = run_config(recipe)
+    except ValidationError as exc:
+        raise RecipeError(f"{path}: {validation_problems(exc)}") from None
+    if recipe["openrlhf"].get("data.apply_chat_template") and config.agent.wrap_prompt:
+        raise RecipeError(f"{path}: openrlhf data.apply_chat_template and agent.wrap_prompt would both template the "
+                          "prompt; the agent applies the chat template itself (feedback_style: chat), so drop "
+                          "data.apply_chat_template, or set agent.wrap_prompt: false for a dataset of ready prompts")
     return recipe
+
+
+def run_config(recipe: dict) -> RunConfig:
+    """The recipe's `agent:` and `scheduler:` sections, validated (an unknown or invalid field names itself)."""
+    return RunConfig.model_validate({"agent": recipe.get("agent") or {}, "scheduler": recipe.get("scheduler") or {}})
 
 
 def apply_override(recipe: dict, item: str) -> None:
@@ -55,10 +68,4 @@ def openrlhf_argv(flags: dict) -> list[str]:
     return argv
 
 
-def write_agent_config(recipe: dict, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump({"agent": recipe.get("agent") or {}}, sort_keys=False))
-    return out
-
-
-__all__ = ["ConfigError", "RecipeError", "apply_override", "load_recipe", "openrlhf_argv", "write_agent_config"]
+__all__ = ["ConfigError", "RecipeError", "apply_override", "load_recipe", "openrlhf_argv", "run_config"]

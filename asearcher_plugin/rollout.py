@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from .config import SchedulerConfig
 from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
 
 
@@ -80,8 +81,9 @@ def group_runner(actors, params, max_length: int, n_samples: int):
 
 
 async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path, engines: int, batch_size: int,
-                  n_samples: int, steps: int, max_concurrent: int, max_staleness: int, max_length: int,
+                  n_samples: int, steps: int, scheduler: SchedulerConfig, max_length: int,
                   temperature: float = 1.0) -> dict:
+    """The recipe's scheduler settings; no trainer sits between batches, so versions advance once per batch."""
     import ray
 
     from .engines.types import SamplingParams
@@ -89,8 +91,10 @@ async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path,
     actors = [_actor_class().remote(model_path, agent_config, seed=i) for i in range(engines)]
     params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)
     run_group = group_runner(actors, params, max_length, n_samples)
-    sched = StreamingScheduler(run_group, iter(prompts), batch_size=batch_size, max_concurrent=max_concurrent,
-                               max_staleness=max_staleness)
+    eta = 1 if scheduler.max_staleness is None else scheduler.max_staleness
+    sched = StreamingScheduler(run_group, iter(prompts), batch_size=batch_size,
+                               max_concurrent=scheduler.max_concurrent or (eta + 1) * batch_size, max_staleness=eta,
+                               on_stale=scheduler.on_stale)
     out.parent.mkdir(parents=True, exist_ok=True)
     started, written = time.monotonic(), 0
     try:

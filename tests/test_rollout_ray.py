@@ -18,6 +18,7 @@ def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):
     prompts.write_text("".join(json.dumps({"question": f"Question {i}?", "golden_answers": ["x"]}) + "\n" for i in range(12)))
     recipe["openrlhf"]["data.prompt_dataset"] = str(prompts)
     recipe["openrlhf"]["rollout.batch_size"] = 2
+    recipe["scheduler"] = {"max_staleness": 1, "on_stale": "restart"}  # the mode that bounds consumed staleness
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     out = tmp_path / "traj.jsonl"
     proc = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "rollout", str(tmp_path / "r.yaml"),
@@ -26,7 +27,7 @@ def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 * 2 * 2  # steps x groups x samples
     assert {r["step"] for r in rows} == {0, 1, 2}
-    assert all(r["consumed_version"] - r["admitted_version"] <= 1 for r in rows)  # eta = 1 in the recipe
+    assert all(r["consumed_version"] - r["admitted_version"] <= 1 for r in rows)  # eta = 1
     # each trajectory dates its first and last token: never before its group's admission, never after use
     assert all(r["admitted_version"] <= r["first_token_version"] <= r["last_token_version"] <= r["consumed_version"]
                for r in rows)

@@ -38,14 +38,47 @@ def test_batches_stream_while_a_straggler_runs():
     asyncio.run(main())
 
 
-def test_staleness_never_exceeds_eta_and_admission_respects_capacity():
+def test_default_keeps_stragglers_bounds_admission_and_drops_nothing():
+    """AReaL's semantics: admission is bounded at every moment; a long group runs on and is consumed late."""
+    rng = random.Random(1)
+    durations = {p: rng.choice([0.001, 0.002, 0.003, 0.08]) for p in range(60)}
+
+    async def main():
+        sched = StreamingScheduler(make_runner(durations), iter(range(60)), batch_size=4, max_concurrent=12,
+                                   max_staleness=1)
+        admit = sched._admit
+
+        def checked_admit():  # the invariant at every admission, not just between batches
+            admit()
+            assert sched.admitted <= sched.capacity()
+
+        sched._admit = checked_admit
+        consumed, version, late = [], 0, 0
+        while True:
+            try:
+                batch = await sched.next_batch()
+            except EOFError:
+                break
+            late += sum(version - g.admitted_version > 1 for g in batch)
+            consumed += [g.prompt for g in batch]
+            await asyncio.sleep(0.004)  # a training step
+            version += 1
+            sched.set_version(version)
+        assert sorted(consumed) == list(range(60))  # drained: every prompt exactly once, none dropped
+        assert sched.stats["stale_restarted"] == sched.stats["stale_dropped"] == 0
+        assert late > 0  # the 80 ms groups outlived eta + 1 steps and were kept, not restarted
+
+    asyncio.run(main())
+
+
+def test_restart_mode_bounds_staleness_and_admission_respects_capacity():
     rng = random.Random(0)
     durations = {p: rng.choice([0.001, 0.002, 0.003, 0.05]) for p in range(400)}
 
     async def main():
         for eta in (0, 1, 3):
             sched = StreamingScheduler(make_runner(durations), iter(range(400)), batch_size=5, max_concurrent=12,
-                                       max_staleness=eta)
+                                       max_staleness=eta, on_stale="restart")
             for version in range(12):
                 batch = await sched.next_batch()
                 assert len(batch) == 5
@@ -66,7 +99,8 @@ def test_a_straggler_past_eta_is_restarted_once_then_dropped():
         return [prompt]
 
     async def main():
-        sched = StreamingScheduler(run, iter(range(20)), batch_size=2, max_concurrent=3, max_staleness=1)
+        sched = StreamingScheduler(run, iter(range(20)), batch_size=2, max_concurrent=3, max_staleness=1,
+                                   on_stale="restart")
         consumed, version = [], 0
         while True:
             try:
@@ -137,6 +171,8 @@ def test_end_of_prompts_gives_a_last_smaller_batch_then_eof():
 def test_bad_arguments():
     with pytest.raises(ValueError):
         StreamingScheduler(make_runner({}), iter([]), batch_size=0, max_concurrent=1)
+    with pytest.raises(ValueError, match="on_stale"):
+        StreamingScheduler(make_runner({}), iter([]), batch_size=1, max_concurrent=1, on_stale="drop")
 
 
 def test_a_dead_engine_stops_the_scheduler_with_its_name():

@@ -1,101 +1,63 @@
-"""The streaming generator inside OpenRLHF's SamplesGenerator API, on real Ray with CPU engine actors.
+"""The streaming generator on OpenRLHF's real SamplesGenerator, with real Ray actors as engines.
 
-OpenRLHF's samples generator module is imported for real; only its GPU-only imports (vLLM) are
-satisfied with stand-ins, as in tests/test_env_openrlhf.py. The engines are Ray actors answering
-`generate_responses` / `get_num_unfinished_requests` as OpenRLHF's vLLM rollout actors do.
+OpenRLHF's samples generator and async trainer modules are imported for real, with vLLM and
+flash-attn satisfied by the CPU stand-ins of `asearcher_plugin.openrlhf_cpu` (they need CUDA).
+The engines are Ray actors answering `generate_responses` / `get_num_unfinished_requests` as
+OpenRLHF's rollout actors do, each with the tiny model and the real agent on the sample KB.
+The whole chain through OpenRLHF's `train()` is tested in tests/test_openrlhf_train_cpu.py.
 """
 
+import asyncio
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
 
 ray = pytest.importorskip("ray")
+pytest.importorskip("openrlhf")
 
 
-def test_streaming_generator_hands_out_batches_of_complete_groups(tiny_model, kb_server):
-    from tests.test_env_openrlhf import samples_generator_module
+@pytest.fixture(scope="module")
+def streaming():
+    from asearcher_plugin.openrlhf_cpu import use_stand_ins
 
-    samples_generator_module()
-    from asearcher_plugin.rollout import _actor_class
-    from asearcher_plugin.scheduler.openrlhf import REPLAY_KEY, SlotTap, _make_class
+    use_stand_ins()
+    from asearcher_plugin.scheduler import openrlhf as streaming
 
+    return streaming
+
+
+@pytest.fixture()
+def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    try:
-        agent = {"agent_type": "asearcher", "max_turns": 2, "max_new_tokens_per_turn": 12,
-                 "tools": {"local": {"urls": [kb_server]}}}
-        engines = [_actor_class().remote(str(tiny_model), agent, seed=i) for i in range(2)]
-        args = SimpleNamespace(
-            rollout=SimpleNamespace(batch_size=2, n_samples_per_prompt=2, vllm_generate_batch_size=2),
-            algo=SimpleNamespace(dynamic_filtering_enable=False, dynamic_filtering_range=(0.0, 1.0),
-                                 advantage=SimpleNamespace(is_correction_level="token")),
-            train=SimpleNamespace(async_queue_size=1), vllm=SimpleNamespace(enable_sleep=False),
-            asearcher=SimpleNamespace(max_concurrent=4, max_staleness=1))
-        rows = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(9)]
+    yield
+    ray.shutdown()
 
-        def make_generator():
-            return _make_class()(strategy=SimpleNamespace(args=args), prompts_dataloader=PositionLoader(rows),
-                                 eval_dataloader=None, tokenizer=None, vllm_engines=engines)
 
-        generator = make_generator()
-        states, trained = [], []
-        kwargs = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_prompt": 2}
-        consumed = 0
-        # OpenRLHF's slot queue: pre-filled with one 0 token; the trainer puts its global_step back
-        # when it takes a batch, then trains (global_step + 1). The tap reads the version off it.
-        from ray.util.queue import Queue
-
-        slots = Queue()
-        slots.put(0)
-        tap = SlotTap(slots, generator.trainer_steps)
-        for step in range(3):
-            tap.get(block=True)
-            samples, pass_rate, drawn, exhausted = generator.generate_samples(**kwargs)
-            slots.put(step)
-            assert generator._sched.version == max(0, step - 1)
-            # what a checkpoint taken now stores: the position, and the prompts drawn but not trained on
-            states.append(generator.prompts_dataloader.state_dict())
-            trained += [s.prompts[0] for s in samples[::2]]
-            replay = [p[0] for p in states[-1][REPLAY_KEY]]
-            seen = [f"Question {i}?" for i in range(states[-1]["pos"])]
-            assert not set(replay) & set(trained) and set(replay) | set(trained) <= set(seen)
-            assert len(replay) == len(seen) - len(trained) - generator._sched.stats["stale_dropped"]
-            consumed += drawn
-            assert len(samples) == 4 and not exhausted  # 2 complete groups of 2
-            prompts_in_batch = [s.prompts[0] for s in samples]
-            assert prompts_in_batch[0] == prompts_in_batch[1] and prompts_in_batch[2] == prompts_in_batch[3]
-            for s in samples:
-                assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
-                assert s.info["staleness"].item() <= 1 and s.rewards is not None
-        assert consumed == generator._sched.prompts_drawn >= 6
-        for s in samples:
-            first, last = s.info["policy_version_first_token"].item(), s.info["policy_version_last_token"].item()
-            assert s.info["policy_version_admitted"].item() <= first <= last <= generator._sched.version
-        assert [s.info["staleness"].item() for s in samples] == [1 - s.info["policy_version_admitted"].item()
-                                                                  for s in samples]
-        pending = [p[0] for p in states[0][REPLAY_KEY]]
-        assert pending  # after the first batch, groups were still running
-        # resume from the first checkpoint: its unconsumed prompts run first and are not counted again
-        resumed = make_generator()
-        resumed.prompts_dataloader.load_state_dict(states[0])
-        samples, _, drawn, _ = resumed.generate_samples(**kwargs)
-        assert resumed._replayed == len(pending)
-        assert drawn == resumed._sched.prompts_drawn - len(pending)
-        assert resumed.prompts_dataloader.state_dict()["pos"] == states[0]["pos"] + drawn
-    finally:
-        ray.shutdown()
+def make_args(batch_size=2, queue=1):
+    return SimpleNamespace(
+        rollout=SimpleNamespace(batch_size=batch_size, n_samples_per_prompt=2, vllm_generate_batch_size=batch_size),
+        algo=SimpleNamespace(dynamic_filtering_enable=False, dynamic_filtering_range=(0.0, 1.0),
+                             advantage=SimpleNamespace(is_correction_level="token")),
+        train=SimpleNamespace(async_queue_size=queue), vllm=SimpleNamespace(enable_sleep=False))
 
 
 class PositionLoader:
-    """The part of torchdata's StatefulDataLoader that OpenRLHF's generator actor uses."""
+    """The part of torchdata's StatefulDataLoader that OpenRLHF's generator actor uses: one pass per iter()."""
 
     def __init__(self, rows):
         self.rows, self.pos = rows, 0
 
     def __iter__(self):
+        if self.pos >= len(self.rows):
+            self.pos = 0  # a new epoch
         while self.pos < len(self.rows):
             self.pos += 1
             yield self.rows[self.pos - 1]
+
+    def __len__(self):
+        return len(self.rows)
 
     def state_dict(self):
         return {"pos": self.pos}
@@ -104,46 +66,167 @@ class PositionLoader:
         self.pos = state["pos"]
 
 
-def test_trainer_steps_count_updates_and_survive_a_resume():
-    from asearcher_plugin.scheduler.openrlhf import TrainerSteps
+KWARGS = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_prompt": 2}
 
-    fresh = TrainerSteps()
+
+def engines_for(tiny_model, kb_server, n=2):
+    from asearcher_plugin.rollout import _actor_class
+
+    agent = {"agent_type": "asearcher", "max_turns": 2, "max_new_tokens_per_turn": 12,
+             "tools": {"local": {"urls": [kb_server]}}}
+    return [_actor_class().remote(str(tiny_model), agent, seed=i) for i in range(n)]
+
+
+def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, local_ray, tiny_model, kb_server):
+    from ray.util.queue import Queue
+
+    from asearcher_plugin.config import SchedulerConfig
+
+    engines = engines_for(tiny_model, kb_server)
+    args = make_args()
+    rows = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(9)]
+    settings = SchedulerConfig(max_concurrent=4, max_staleness=1)
+
+    def make_generator():
+        return streaming.StreamingSamplesGenerator(
+            strategy=SimpleNamespace(args=args), prompts_dataloader=PositionLoader(rows), eval_dataloader=None,
+            tokenizer=None, vllm_engines=engines, settings=settings)
+
+    generator = make_generator()
+    states, trained, consumed = [], [], 0
+    # OpenRLHF's slot queue: pre-filled with one 0 token; the trainer puts its global_step back when it
+    # takes a batch, then trains (global_step + 1). The tap reads the engine version off it.
+    slots = Queue()
+    slots.put(0)
+    tap = streaming.SlotTap(slots, generator.trainer_steps)
+    for step in range(3):
+        tap.get(block=True)
+        samples, pass_rate, drawn, exhausted = generator.generate_samples(**KWARGS)
+        slots.put(step)
+        assert generator._sched.version == max(0, step - 1)
+        # what a checkpoint taken now stores: the position, and the prompts drawn but not trained on
+        states.append(generator.prompts_dataloader.state_dict())
+        trained += [s.prompts[0] for s in samples[::2]]
+        replay = [p[0] for p in states[-1][streaming.REPLAY_KEY]]
+        seen = [f"Question {i}?" for i in range(states[-1]["pos"])]
+        assert not set(replay) & set(trained) and set(replay) | set(trained) <= set(seen)
+        assert len(replay) == len(seen) - len(trained)  # nothing dropped
+        consumed += drawn
+        assert len(samples) == 4 and not exhausted  # 2 complete groups of 2
+        prompts_in_batch = [s.prompts[0] for s in samples]
+        assert prompts_in_batch[0] == prompts_in_batch[1] and prompts_in_batch[2] == prompts_in_batch[3]
+        for s in samples:
+            assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
+            # train version of this batch (= step) minus the engine version at admission
+            assert s.info["staleness"].item() == step - s.info["policy_version_admitted"].item() and s.rewards is not None
+    assert consumed == generator._sched.prompts_drawn >= 6
+    for s in samples:
+        first, last = s.info["policy_version_first_token"].item(), s.info["policy_version_last_token"].item()
+        assert s.info["policy_version_admitted"].item() <= first <= last <= generator._sched.version
+    pending = [p[0] for p in states[0][streaming.REPLAY_KEY]]
+    assert pending  # after the first batch, groups were still running
+    # resume from the first checkpoint: its unconsumed prompts run first and are not counted again
+    resumed = make_generator()
+    resumed.prompts_dataloader.load_state_dict(states[0])
+    samples, _, drawn, _ = resumed.generate_samples(**KWARGS)
+    assert resumed._replayed == len(pending)
+    assert drawn == resumed._sched.prompts_drawn - len(pending)
+    assert resumed.prompts_dataloader.state_dict()["pos"] == states[0]["pos"] + drawn
+
+
+def test_every_episode_is_a_full_pass_over_the_prompts(streaming, local_ray, tiny_model, kb_server):
+    """OpenRLHF calls generate_samples() again for each episode; each pass must consume every prompt once."""
+    from asearcher_plugin.config import SchedulerConfig
+
+    rows = [(None, [f"Q{i}?"], [json.dumps(["x"])], [None]) for i in range(5)]
+    generator = streaming.StreamingSamplesGenerator(
+        strategy=SimpleNamespace(args=make_args()), prompts_dataloader=PositionLoader(rows), eval_dataloader=None,
+        tokenizer=None, vllm_engines=engines_for(tiny_model, kb_server, n=1),
+        settings=SchedulerConfig(max_concurrent=4, max_staleness=3))
+    for episode in range(2):
+        got, consumed = [], 0
+        while True:  # GenerateSamplesActor.fit's loop
+            samples, _, drawn, exhausted = generator.generate_samples(**KWARGS)
+            got += [s.prompts[0] for s in samples[::2]]
+            consumed += drawn
+            if exhausted:
+                break
+        assert sorted(got) == [f"Q{i}?" for i in range(5)] and consumed == 5, f"episode {episode}"
+    assert generator.totals["consumed_prompts"] == 10
+
+
+def test_a_cancelled_group_cancels_the_engine_call(streaming, local_ray):
+    """Stopping a group must stop the engine's work (ray.cancel), not only the wait for it."""
+
+    @ray.remote
+    class SlowEngine:
+        def __init__(self):
+            self.cancelled = 0
+
+        async def generate_responses(self):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+
+        def count(self):
+            return self.cancelled
+
+    engine = SlowEngine.remote()
+
+    async def main():
+        task = asyncio.ensure_future(streaming.await_group(engine.generate_responses.remote()))
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    deadline = time.time() + 10
+    while ray.get(engine.count.remote()) == 0 and time.time() < deadline:
+        time.sleep(0.1)
+    assert ray.get(engine.count.remote()) == 1
+
+
+def test_install_replaces_the_generator_actor_and_checks_the_contract(streaming):
+    import openrlhf.trainer.ppo_trainer_async as async_trainer
+
+    from asearcher_plugin.config import SchedulerConfig
+
+    streaming.check_contract()  # the installed OpenRLHF has what install() relies on
+    stock = async_trainer.GenerateSamplesActor
+    try:
+        streaming.install(SchedulerConfig(max_staleness=3, max_concurrent=8))
+        cls = async_trainer.GenerateSamplesActor.__ray_actor_class__
+        assert issubclass(cls, stock.__ray_actor_class__) and cls.scheduler_settings.max_staleness == 3
+        # the trainer creates its generator from this module global (what Ray ships with PPOTrainerAsync)
+        assert "GenerateSamplesActor" in async_trainer.PPOTrainerAsync.__ray_actor_class__.__init__.__code__.co_names
+    finally:
+        streaming.uninstall()
+    assert async_trainer.GenerateSamplesActor is stock
+
+
+def test_contract_check_fails_loudly_on_a_changed_openrlhf(streaming, monkeypatch):
+    import openrlhf.trainer.ppo_trainer_async as async_trainer
+
+    class Renamed:  # e.g. an upgrade that drops the @ray.remote generator actor
+        pass
+
+    monkeypatch.setattr(async_trainer, "GenerateSamplesActor", Renamed)
+    with pytest.raises(streaming.OpenRLHFContractError, match="0.11.2"):
+        streaming.check_contract()
+
+
+def test_trainer_steps_count_updates_and_survive_a_resume(streaming):
+    fresh = streaming.TrainerSteps()
     for token in [0, 0, 0, 1, 2, 2, 3]:  # two pre-filled slots; 2 twice: an eval step returns its token
         fresh.observe(token)
     assert fresh.version == 3
-    resumed = TrainerSteps()
+    resumed = streaming.TrainerSteps()
     for token in [0, 0, 57, 58, 59]:  # pre-filled zeros, then the checkpoint's step
         resumed.observe(token)
     assert resumed.version == 2 and resumed.seen
-    ignored = TrainerSteps()
+    ignored = streaming.TrainerSteps()
     ignored.observe("done")
     assert not ignored.seen
-
-
-def test_openrlhf_async_trainer_has_the_shape_install_relies_on():
-    """`install()` patches names in openrlhf/trainer/ppo_trainer_async.py, which needs vLLM to import: read its source."""
-    import ast
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("openrlhf")
-    source = (Path(spec.origin).parent / "trainer" / "ppo_trainer_async.py").read_text()
-    tree = ast.parse(source)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    actor = classes["GenerateSamplesActor"]
-    assert any(isinstance(d, ast.Attribute) and d.attr == "remote" for d in actor.decorator_list)
-    methods = {f.name: ast.unparse(f) for f in actor.body if isinstance(f, ast.FunctionDef)}
-    # the generator is built from the module-level name that install() replaces
-    assert "self.samples_generator = SamplesGenerator(" in methods["__init__"]
-    assert "self.rollout_slots = rollout_slots" in methods["__init__"]
-    assert "prompts_dataloader=self.prompts_dataloader" in methods["__init__"]  # one dataloader object for both
-    assert "from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator" in source
-    # the slot token carries the trainer's step and is taken before each generate_samples() call
-    fit = methods["fit"]
-    assert fit.index("global_step = self.rollout_slots.get(") < fit.index("self.samples_generator.generate_samples(")
-    # the checkpointed dataloader state is read after the batch is handed out, from the same dataloader
-    assert fit.index("generate_samples(") < fit.index("self.prompts_dataloader.state_dict()")
-    assert "self.prompts_dataloader.load_state_dict(" in methods["load_state_dict"]
-    trainer_fit = ast.unparse(next(f for f in classes["TrainingActor"].body
-                                   if isinstance(f, ast.FunctionDef) and f.name == "fit"))
-    assert trainer_fit.index("self.rollout_slots.put(global_step") < trainer_fit.index("self.train_step(")

@@ -27,11 +27,32 @@ class HFEngine:
                         if isinstance(i, int)}
         self.max_model_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
+        # pause/resume as vLLM's `pause_generation(mode="keep")`: requests freeze between two decoding
+        # steps and continue afterwards (under new weights, if they changed meanwhile)
+        self.running = threading.Event()
+        self.running.set()
+        self.step_lock = threading.Lock()
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self.version = 0  # policy version, bumped by whoever updates the weights
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data=None, **_) -> RequestOutput:
         return await asyncio.to_thread(self.generate_sync, list(prompt_token_ids), sampling_params)
+
+    def pause(self) -> None:
+        """Returns once no decoding step is running; none starts until `resume()`."""
+        self.running.clear()
+        with self.step_lock:
+            pass
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def _step(self, ids, past):
+        while True:
+            self.running.wait()
+            with self.step_lock:
+                if self.running.is_set():  # re-checked under the lock: pause() may have won the race
+                    return self.model(input_ids=ids, past_key_values=past, use_cache=True)
 
     def generate_sync(self, prompt_token_ids: list[int], params: SamplingParams) -> RequestOutput:
         import torch
@@ -47,7 +68,7 @@ class HFEngine:
             past = None
             ids = torch.tensor([prompt_token_ids], device=self.device)
             for step in range(max_tokens):
-                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+                out = self._step(ids, past)
                 past = out.past_key_values
                 logits = out.logits[0, -1].float()
                 if step < params.min_tokens:

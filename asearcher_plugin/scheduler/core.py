@@ -5,10 +5,13 @@ another prompt is admitted. `next_batch()` hands out B complete groups as soon a
 oldest admitted first, while stragglers keep running into the next training step.
 
 Staleness (AReaL's rule): with policy version v and batch size B, the number of groups ever
-admitted is kept <= (eta + v + 1) * B. So a group consumed by the update that makes version v+1
-was admitted no earlier than version v - eta: no trajectory is staler than eta versions.
-A straggler that falls more than eta versions behind is stopped and its prompt started afresh
-(once), so a long-tail prompt is not lost from the epoch.
+admitted is kept <= (eta + v + 1) * B. Groups are consumed oldest first, so a group that finishes
+in its turn is trained at most eta versions after its admission. By default (`on_stale="keep"`)
+a running group is never stopped: a long trajectory simply runs its later turns under newer
+weights (every trajectory records the versions of its first and last token) and is consumed with
+a larger admission staleness, which is reported, and which importance-sampling correction is for.
+`on_stale="restart"` instead stops a group more than eta versions behind and starts its prompt
+afresh once (then drops it), so that no consumed trajectory is staler than eta.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Optional
+from typing import Any, Awaitable, Callable, Iterator, Literal, Optional
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +79,23 @@ def token_versions(clock: VersionClock, response: dict) -> dict:
 class StreamingScheduler:
     def __init__(self, run_group: RunGroup, prompts: Iterator[Any], batch_size: int, max_concurrent: int,
                  max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1,
-                 max_stale_restarts: int = 1):
+                 on_stale: Literal["keep", "restart"] = "keep", max_stale_restarts: int = 1, consume_lag: int = 0,
+                 admitted_before: int = 0):
+        """`consume_lag`: versions between the engines' weights and those that train the next batch handed out
+        (OpenRLHF's async queue adds async_queue_size); "restart" counts staleness against the latter.
+        `admitted_before`: groups admitted by earlier passes over the data (episodes) of the same run, which
+        count against the same budget since the version keeps growing across them."""
         if batch_size < 1 or max_concurrent < 1 or max_staleness < 0:
             raise ValueError("batch_size and max_concurrent must be >= 1 and max_staleness >= 0")
+        if on_stale not in ("keep", "restart"):
+            raise ValueError(f"on_stale must be 'keep' or 'restart', got {on_stale!r}")
+        self.on_stale, self.consume_lag = on_stale, consume_lag
         self.run_group, self.prompts = run_group, iter(prompts)
         self.batch_size, self.max_concurrent, self.eta = batch_size, max_concurrent, max_staleness
         self.keep_group, self.max_retries, self.max_stale_restarts = keep_group, max_retries, max_stale_restarts
         self.version = 0
         self.clock = VersionClock()
-        self.admitted = 0  # groups counted against the staleness budget
+        self.admitted = admitted_before  # groups counted against the staleness budget
         self.prompts_drawn = 0
         self.exhausted = False
         self._retry: list[Group] = []
@@ -95,6 +106,7 @@ class StreamingScheduler:
         self._changed = asyncio.Event()
         self._ready_event = asyncio.Event()
         self._pump_task: Optional[asyncio.Task] = None
+        self.peak_over_capacity = float("-inf")  # max of admitted - capacity right after any admission
         self.stats = {"finished": 0, "filtered": 0, "failed": 0, "retried": 0, "consumed": 0,
                       "stale_restarted": 0, "stale_dropped": 0}
 
@@ -108,7 +120,8 @@ class StreamingScheduler:
         """After each weight update: a newer policy lets more groups in, and too-old ones out."""
         self.version = version
         self.clock.record(version)
-        self._drop_stale()
+        if self.on_stale == "restart":
+            self._drop_stale()
         self._changed.set()
 
     async def next_batch(self) -> list[Group]:
@@ -126,6 +139,10 @@ class StreamingScheduler:
         batch, self._ready = self._ready[: self.batch_size], self._ready[self.batch_size:]
         self.stats["consumed"] += len(batch)
         return batch
+
+    def drained(self) -> bool:
+        """No prompt left to draw, nothing running and nothing waiting to be handed out."""
+        return self._pump_task is not None and self._pump_task.done() and not self._ready
 
     def in_flight(self) -> list[Group]:
         return list(self._in_flight.values())
@@ -161,7 +178,7 @@ class StreamingScheduler:
         return (self.eta + self.version + 1) * self.batch_size
 
     def _too_stale(self, group: Group) -> bool:
-        return self.version - group.admitted_version > self.eta
+        return self.version + self.consume_lag - group.admitted_version > self.eta
 
     def _drop_stale(self) -> None:
         """A group started more than eta versions ago can no longer be consumed: stop it and free its slot;
@@ -206,6 +223,7 @@ class StreamingScheduler:
             group.attempts += 1
             task = asyncio.ensure_future(self.run_group(group.prompt))
             self._in_flight[task] = group
+            self.peak_over_capacity = max(self.peak_over_capacity, self.admitted - self.capacity())
 
     def _collect(self) -> None:
         for task in [t for t in self._in_flight if t.done()]:

@@ -1,43 +1,86 @@
-"""The streaming scheduler inside OpenRLHF 0.11.2's async trainer, without forking it.
+"""The streaming scheduler inside OpenRLHF 0.11.2's async trainer. Every touch of OpenRLHF internals is here.
 
-`StreamingSamplesGenerator` replaces `SamplesGenerator` in the generator actor: instead of
-dispatching a batch and waiting for its slowest group, it keeps groups in flight across calls
-(one Ray call per group, as OpenRLHF does) and returns the first B complete groups, oldest
-first. `install()` swaps the class in `openrlhf.trainer.ppo_trainer_async`; it must run in the
-Ray worker that hosts the generator actor, which is what the launcher's
-`worker_process_setup_hook` does.
+`install(settings)` runs in the driver before OpenRLHF's `train()` creates its actors. It replaces
+`GenerateSamplesActor` in `openrlhf.trainer.ppo_trainer_async` with a subclass that swaps in
+`StreamingSamplesGenerator` and taps the slot queue. This works because Ray exports the trainer's
+actor class by value when `train()` first creates it, with the driver's module globals as they
+are then; the settings travel inside the exported class, so they reach the generator actor on
+whatever node it lands. `check_contract()` fails loudly when an OpenRLHF version no longer has
+what this relies on.
 
-Policy version: read from the trainer's step count. OpenRLHF's trainer actor puts its
-`global_step` into `rollout_slots` before each train step, and the generator actor takes one of
-those tokens before each generate_samples() call; `install()` taps that queue in the generator
-actor (`TrainerSteps`). Without the tap (the generator used on its own) the version falls back to
-the call count: the k-th call comes after at least k - async_queue_size updates.
+`StreamingSamplesGenerator` keeps groups in flight across `generate_samples()` calls (one Ray
+call per group, as OpenRLHF dispatches them) and returns the first B complete groups, oldest
+admitted first. Versions:
+- engine version v: updates the engines hold, read from the trainer's slot tokens
+  (`TrainerSteps`); admission is bounded by (eta + v + 1) x B;
+- train version: the k-th batch handed out in a run is trained by the update that makes version
+  k (OpenRLHF trains batches in order), so staleness = train version - admission version. The
+  async queue alone makes it >= async_queue_size.
 
-Resume: prompts drawn but not yet trained on (in flight, or finished and waiting) would be lost
-with a checkpoint, since the dataloader's position is already past them. The generator's
-dataloader `state_dict()` therefore returns a snapshot taken when the batch was handed out, with
-those prompts under `REPLAY_KEY`; `load_state_dict()` takes them out again and they are run first.
-
-Imported lazily: this module imports OpenRLHF's trainer, which needs Ray and vLLM.
+Resume: prompts drawn but not yet trained on would be lost with a checkpoint, since the
+dataloader's position is already past them. The dataloader's `state_dict()` therefore returns a
+snapshot taken when the batch was handed out, with those prompts under `REPLAY_KEY`;
+`load_state_dict()` takes them out again and they run first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import threading
+import time
 
+import ray
+from openrlhf.trainer import ppo_trainer_async as async_trainer
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
+from openrlhf.utils.logging_utils import init_logger
+
+from ..config import SchedulerConfig
 from .core import FatalRolloutError, Group, StreamingScheduler, token_versions
+
+logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
 REPLAY_KEY = "asearcher_unconsumed_prompts"
 
 
-class TrainerSteps:
-    """The policy version seen by the generator, counted from the trainer's slot tokens.
+class OpenRLHFContractError(RuntimeError):
+    """The installed OpenRLHF lacks something the streaming scheduler relies on."""
 
-    A token g is put after the trainer's g-th update was broadcast, so when the generator takes it
-    the engines hold version >= g. Versions count +1 per token step rather than using g itself: after
-    a resume the pre-filled tokens are 0 while the trainer continues from its checkpoint's step, and
-    that first jump is not an update of this run's weights.
+
+def check_contract() -> None:
+    """What `install()` and `StreamingSamplesGenerator` rely on in OpenRLHF 0.11.2."""
+    problems = []
+    actor = getattr(async_trainer.GenerateSamplesActor, "__ray_actor_class__", None)
+    trainer = getattr(async_trainer.PPOTrainerAsync, "__ray_actor_class__", None)
+    if actor is None or trainer is None:
+        problems.append("GenerateSamplesActor / PPOTrainerAsync are no longer @ray.remote classes")
+    else:
+        params = inspect.signature(actor.__init__).parameters
+        for name in ("pretrain", "strategy", "vllm_engines", "vllm_lock", "rollout_queue", "rollout_slots"):
+            if name not in params:
+                problems.append(f"GenerateSamplesActor.__init__ has no {name!r} parameter")
+        if "SamplesGenerator" not in actor.__init__.__code__.co_names:
+            problems.append("GenerateSamplesActor no longer builds a SamplesGenerator")
+        if "GenerateSamplesActor" not in trainer.__init__.__code__.co_names:
+            problems.append("PPOTrainerAsync no longer creates its generator from the module's GenerateSamplesActor")
+        if not {"get", "put"} <= set(actor.fit.__code__.co_names):
+            problems.append("GenerateSamplesActor.fit no longer takes slot tokens")
+    for name in ("_dispatch_prompts_to_vllm", "_process_response_into_experience", "generate_samples"):
+        if not callable(getattr(SamplesGenerator, name, None)):
+            problems.append(f"SamplesGenerator.{name} is gone")
+    if problems:
+        raise OpenRLHFContractError("the installed OpenRLHF does not match what the streaming scheduler was built "
+                                    "for (0.11.2): " + "; ".join(problems))
+
+
+class TrainerSteps:
+    """The engine version seen by the generator, counted from the trainer's slot tokens.
+
+    A token g is put when the trainer takes a batch after its g-th update was broadcast, so when
+    the generator takes it the engines hold version >= g. Versions count +1 per token step rather
+    than using g itself: after a resume the pre-filled tokens are 0 while the trainer continues
+    from its checkpoint's step, and that first jump is not an update of this run's weights.
     """
 
     def __init__(self):
@@ -70,162 +113,218 @@ class SlotTap:
         return getattr(self._queue, name)
 
 
-def _make_class():
-    import ray
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
-    from openrlhf.utils.logging_utils import init_logger
+async def await_group(ref):
+    """The result of one group's Ray call; a cancelled wait cancels the engine's work too."""
+    try:
+        return await ref
+    except asyncio.CancelledError:
+        ray.cancel(ref)
+        raise
+    except ray.exceptions.RayActorError as exc:  # a dead engine is not a failed trajectory
+        raise FatalRolloutError(f"a rollout engine died: {exc}") from None
 
-    logger = init_logger(__name__)  # OpenRLHF's handler: the line shows with the trainer's own logs
 
-    class StreamingSamplesGenerator(SamplesGenerator):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.trainer_steps = TrainerSteps()
-            self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
-            self._carry_unconsumed_in_checkpoints()
+class StreamingSamplesGenerator(SamplesGenerator):
+    def __init__(self, *args, settings: SchedulerConfig, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+        self.trainer_steps = TrainerSteps()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sched: StreamingScheduler | None = None
+        self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
+        self._calls = self._handed_out = self._episode = self._admitted_before = 0
+        self._drawn_reported = 0
+        self.totals = {"consumed_prompts": 0, "filtered": 0, "failed": 0, "stale_restarted": 0, "stale_dropped": 0}
+        self._carry_unconsumed_in_checkpoints()
 
-        def _carry_unconsumed_in_checkpoints(self):
-            dl = self.prompts_dataloader
-            live_state, live_load = getattr(dl, "state_dict", None), getattr(dl, "load_state_dict", None)
-            if live_state is None or live_load is None:
-                return
+    # -- checkpoints -----------------------------------------------------------------------
+    def _carry_unconsumed_in_checkpoints(self):
+        dl = self.prompts_dataloader
+        live_state, live_load = getattr(dl, "state_dict", None), getattr(dl, "load_state_dict", None)
+        if live_state is None or live_load is None:
+            return
 
-            def state_dict():
-                return self._snapshot if self._snapshot is not None else live_state()
+        def state_dict():
+            return self._snapshot if self._snapshot is not None else live_state()
 
-            def load_state_dict(state):
-                state = dict(state)
-                self._replay = [tuple(p) for p in state.pop(REPLAY_KEY, [])]
-                self._snapshot = None
-                live_load(state)
+        def load_state_dict(state):
+            state = dict(state)
+            self._replay = [tuple(p) for p in state.pop(REPLAY_KEY, [])]
+            self._snapshot = None
+            live_load(state)
 
-            dl.state_dict, dl.load_state_dict = state_dict, load_state_dict
-            self._live_state = live_state
+        dl.state_dict, dl.load_state_dict = state_dict, load_state_dict
+        self._live_state = live_state
 
-        async def _take_snapshot(self):
-            # Runs on the scheduler's loop, where prompts are drawn: position and list agree.
-            return {**self._live_state(), REPLAY_KEY: [list(p) for p in self._sched.unconsumed_prompts() + self._replay]}
+    async def _take_snapshot(self):
+        # On the scheduler's loop, where prompts are drawn: position and list agree.
+        pending = (self._sched.unconsumed_prompts() if self._sched else []) + self._replay
+        return {**self._live_state(), REPLAY_KEY: [list(p) for p in pending]}
 
-        def _ensure_started(self, generate_kwargs):
-            if getattr(self, "_sched", None) is not None:
-                return
-            args = self.args
+    # -- one pass over the prompts per episode ---------------------------------------------
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _start_episode(self, generate_kwargs) -> StreamingScheduler:
+        if self._loop is None:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="streaming-scheduler", daemon=True).start()
-            self._calls = 0
-            self._drawn_reported = 0
-            # From the recipe's `scheduler:` section, passed by the launcher as env vars.
-            plugin = getattr(args, "asearcher", None)
-            max_concurrent = (getattr(plugin, "max_concurrent", None) or _env_int("ASEARCHER_MAX_CONCURRENT")
-                              or 2 * args.rollout.batch_size)
-            eta = getattr(plugin, "max_staleness", None)
-            eta = _env_int("ASEARCHER_MAX_STALENESS") if eta is None else eta
-            eta = args.train.async_queue_size if eta is None else eta
-            low, high = args.algo.dynamic_filtering_range
+        args, s = self.args, self.settings
+        low, high = args.algo.dynamic_filtering_range
 
-            def keep(group: Group) -> bool:
-                if not args.algo.dynamic_filtering_enable:
-                    return True
-                scores = [e.scores[0].item() for e in group.samples if e.scores is not None]
-                return not scores or low < sum(scores) / len(scores) < high
+        def keep(group: Group) -> bool:
+            if not args.algo.dynamic_filtering_enable:
+                return True
+            scores = [e.scores[0].item() for e in group.samples if e.scores is not None]
+            return not scores or low < sum(scores) / len(scores) < high
 
-            def prompts():
-                while self._replay:
-                    self._replayed += 1
-                    yield self._replay.pop(0)
-                it = iter(self.prompts_dataloader)
-                while True:
-                    batch, labels, images, exhausted = _collect_prompt_batch(it, 1)
-                    if batch:
-                        yield batch[0], labels[0], images[0]
-                    if exhausted:
-                        return
+        def prompts():
+            while self._replay:
+                self._replayed += 1
+                yield self._replay.pop(0)
+            it = iter(self.prompts_dataloader)
+            while True:
+                batch, labels, images, exhausted = _collect_prompt_batch(it, 1)
+                if batch:
+                    yield batch[0], labels[0], images[0]
+                if exhausted:
+                    return
 
-            async def run_group(item):
-                prompt, label, image = item
-                refs = self._dispatch_prompts_to_vllm([prompt], [label], images=[image], **generate_kwargs)
-                try:
-                    responses = await refs[0]
-                except ray.exceptions.RayActorError as exc:  # a dead engine is not a failed trajectory
-                    raise FatalRolloutError(f"a rollout engine died: {exc}") from None
-                experiences = []
-                for r in responses:
-                    versions = token_versions(self._sched.clock, r)
-                    e = self._process_response_into_experience(r, **generate_kwargs)
-                    for key, v in versions.items():
-                        if v is not None:
-                            e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(v)
-                    experiences.append(e)
-                return experiences
+        async def run_group(item):
+            prompt, label, image = item
+            (ref,) = self._dispatch_prompts_to_vllm([prompt], [label], images=[image], **generate_kwargs)
+            experiences = []
+            for r in await await_group(ref):
+                versions = token_versions(self._sched.clock, r)
+                e = self._process_response_into_experience(r, **generate_kwargs)
+                for key, v in versions.items():
+                    e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)
+                experiences.append(e)
+            return experiences
 
-            async def build():
-                return StreamingScheduler(run_group, prompts(), batch_size=args.rollout.batch_size,
-                                          max_concurrent=max_concurrent, max_staleness=eta, keep_group=keep)
+        async def build():
+            return StreamingScheduler(run_group, prompts(), batch_size=args.rollout.batch_size,
+                                      max_concurrent=s.max_concurrent, max_staleness=s.max_staleness, keep_group=keep,
+                                      on_stale=s.on_stale, consume_lag=args.train.async_queue_size,
+                                      admitted_before=self._admitted_before)
 
-            self._sched = asyncio.run_coroutine_threadsafe(build(), self._loop).result()
+        self._drawn_reported = self._replayed = 0
+        return self._run(build())
 
-        def generate_samples(self, **generate_kwargs):
-            self._ensure_started(generate_kwargs)
-            self._calls += 1
-            sched = self._sched
-            steps = self.trainer_steps
-            version = steps.version if steps.seen else max(0, self._calls - 1 - self.args.train.async_queue_size)
-            self._loop.call_soon_threadsafe(sched.set_version, version)
-            try:
-                groups = asyncio.run_coroutine_threadsafe(sched.next_batch(), self._loop).result()
-                exhausted = False
-            except EOFError:
-                groups, exhausted = [], True
-            samples = []
-            for g in groups:
-                for e in g.samples:
-                    e.info["policy_version_admitted"] = _tensor(g.admitted_version)
-                    e.info["staleness"] = _tensor(version - g.admitted_version)
-                samples.extend(g.samples)
-            if self._live_state is not None:
-                self._snapshot = asyncio.run_coroutine_threadsafe(self._take_snapshot(), self._loop).result()
-            drawn = sched.prompts_drawn - self._replayed  # replayed prompts were counted before the checkpoint
-            consumed = drawn - self._drawn_reported
-            self._drawn_reported = drawn
-            finished = sched.stats["finished"]
-            pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
-            # cumulative counts: a growing stale_dropped means eta is too small for the trajectory lengths
-            logger.info("streaming rollout at policy version %d: %d groups in flight, %s", version,
-                        len(sched.in_flight()), sched.stats)
-            return samples, pass_rate, consumed, exhausted and not sched.in_flight()
+    def generate_samples(self, **generate_kwargs):
+        if self._sched is None:
+            self._sched = self._start_episode(generate_kwargs)
+        sched = self._sched
+        self._calls += 1
+        steps = self.trainer_steps
+        version = steps.version if steps.seen else max(0, self._calls - 1 - self.args.train.async_queue_size)
+        self._loop.call_soon_threadsafe(sched.set_version, version)
+        try:
+            groups = self._run(sched.next_batch())
+        except EOFError:
+            groups = []
+        train_version = self._handed_out
+        samples = []
+        for g in groups:
+            for e in g.samples:
+                e.info["policy_version_admitted"] = _tensor(g.admitted_version)
+                e.info["staleness"] = _tensor(train_version - g.admitted_version)
+            samples.extend(g.samples)
+        if samples:
+            self._handed_out += 1
+        if self._live_state is not None:
+            self._snapshot = self._run(self._take_snapshot())
+        drawn = sched.prompts_drawn - self._replayed  # replayed prompts were counted before the checkpoint
+        consumed, self._drawn_reported = drawn - self._drawn_reported, drawn
+        finished = sched.stats["finished"]
+        pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
+        exhausted = sched.drained()
+        self._record(groups, version, train_version, consumed, exhausted)
+        if exhausted:
+            self._end_episode()
+        return samples, pass_rate, consumed, exhausted
 
-    def _tensor(v):
-        import torch
+    def _end_episode(self):
+        sched, self._sched = self._sched, None
+        for key in ("filtered", "failed", "stale_restarted", "stale_dropped"):
+            self.totals[key] += sched.stats[key]
+        self._run(sched.aclose())
+        self._admitted_before = sched.admitted
+        self._episode += 1
 
-        return torch.tensor([float(v)])
+    def _record(self, groups, version, train_version, consumed, exhausted):
+        sched = self._sched
+        self.totals["consumed_prompts"] += consumed
+        staleness = [train_version - g.admitted_version for g in groups]
+        logger.info("streaming rollout: batch %d (episode %d) at engine version %d, %d groups, staleness max %s, "
+                    "%d groups in flight, %s", train_version, self._episode, version, len(groups),
+                    max(staleness, default="-"), len(sched.in_flight()), sched.stats)
+        if not self.settings.trace:
+            return
+        row = {"time": time.time(), "episode": self._episode, "call": self._calls, "engine_version": version,
+               "version_source": "trainer" if self.trainer_steps.seen else "calls", "admitted": sched.admitted,
+               "capacity": sched.capacity(), "peak_over_capacity": sched.peak_over_capacity,
+               "train_version": train_version, "prompts_consumed": consumed, "exhausted": exhausted,
+               "in_flight": len(sched.in_flight()), "stats": dict(sched.stats),
+               "groups": [{"index": g.index, "prompt": _text(g.prompt[0]), "admitted_version": g.admitted_version,
+                           "staleness": train_version - g.admitted_version, "samples": len(g.samples),
+                           "first_token_version": [_num(e.info.get("policy_version_first_token")) for e in g.samples],
+                           "last_token_version": [_num(e.info.get("policy_version_last_token")) for e in g.samples]}
+                          for g in groups]}
+        with open(self.settings.trace, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
 
-    return StreamingSamplesGenerator
+
+def _tensor(v):
+    import torch
+
+    return torch.tensor([float(v)])
 
 
-def _env_int(name: str):
-    import os
-
-    value = os.environ.get(name)
-    return int(value) if value else None
+def _num(t):
+    return None if t is None else float(t.flatten()[0])
 
 
-def install() -> None:
-    """Worker setup hook: make OpenRLHF's async generator actor build the streaming generator."""
-    import openrlhf.trainer.ppo_trainer_async as async_trainer
+def _text(prompt) -> str:
+    return prompt if isinstance(prompt, str) else repr(prompt)
 
-    async_trainer.SamplesGenerator = _make_class()
-    # The generator actor is pickled by value when the trainer actor creates it, in a worker
-    # that has run this hook, so both patches travel with it.
-    actor_cls = async_trainer.GenerateSamplesActor.__ray_actor_class__
-    original = actor_cls.__init__
-    if getattr(original, "_asearcher_tap", False):
-        return
 
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        steps = getattr(self.samples_generator, "trainer_steps", None)
-        if steps is not None:
-            self.rollout_slots = SlotTap(self.rollout_slots, steps)
+_STOCK: dict = {}
 
-    __init__._asearcher_tap = True
-    actor_cls.__init__ = __init__
+
+def stock_generator_actor():
+    """OpenRLHF's own GenerateSamplesActor (the undecorated class), also after `install()`."""
+    return _STOCK.setdefault("actor", async_trainer.GenerateSamplesActor)
+
+
+def streaming_actor_class(settings: SchedulerConfig):
+    """A subclass of OpenRLHF's generator actor carrying `settings`; made per run so they travel with it."""
+
+    class StreamingGenerateSamplesActor(stock_generator_actor().__ray_actor_class__):
+        scheduler_settings = settings
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            stock = self.samples_generator
+            self.samples_generator = StreamingSamplesGenerator(
+                strategy=stock.strategy, prompts_dataloader=self.prompts_dataloader,
+                eval_dataloader=self.eval_dataloader, tokenizer=stock.tokenizer, vllm_engines=stock.vllm_engines,
+                settings=self.scheduler_settings)
+            self.rollout_slots = SlotTap(self.rollout_slots, self.samples_generator.trainer_steps)
+
+        def scheduler_totals(self) -> dict:
+            return dict(self.samples_generator.totals)
+
+    return StreamingGenerateSamplesActor
+
+
+def install(settings: SchedulerConfig) -> None:
+    """In the driver, before `train()`: OpenRLHF's async trainer will build the streaming generator actor."""
+    check_contract()
+    stock_generator_actor()
+    async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings))
+
+
+def uninstall() -> None:
+    if "actor" in _STOCK:
+        async_trainer.GenerateSamplesActor = _STOCK["actor"]

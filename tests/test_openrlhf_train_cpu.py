@@ -1,0 +1,144 @@
+"""End to end through OpenRLHF 0.11.2's own orchestration, on CPU: `asearcher train RECIPE --cpu`.
+
+What runs for real: OpenRLHF's parser and checks in `cli/train_ppo_ray.py`, its `train()`,
+`PPOTrainerAsync` (and `PPOTrainer` when async is off), `GenerateSamplesActor`, `TrainingActor`,
+`VLLMLock`, the slot and rollout queues, `create_vllm_engines` and `RolloutRayActor` loading our
+agent file from `--train.agent_func_path`, experience making and advantages, checkpoint
+bookkeeping and resume; our launcher, scheduler, agent, the real KB server and the tiny model.
+
+Replaced, each because it needs CUDA (see asearcher_plugin/openrlhf_cpu):
+- `vllm` -> a stand-in `AsyncLLMEngine` over `HFEngine` (generation, pause/resume, weight updates);
+- `flash_attn` -> an import-only stand-in (ring attention is never used);
+- `PolicyModelActor` -> `CPUPolicyModelActor` (DeepSpeed ZeRO): OpenRLHF's `Actor` and `PolicyLoss`
+  with AdamW; it takes part in every call the trainer makes (forward, append, fit, broadcast over
+  gloo instead of NCCL, save_checkpoint, get_checkpoint_states, save_model).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openrlhf")
+pytest.importorskip("deepspeed")
+
+RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml"
+N_PROMPTS, BATCH, SAMPLES, ETA, QUEUE = 6, 2, 2, 2, 1
+
+
+def train(tmp: Path, tiny_model, kb_server, prompts: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", str(RECIPE), "--cpu",
+           "--set", f"openrlhf.actor.model_name_or_path={tiny_model}",
+           "--set", f"openrlhf.data.prompt_dataset={prompts}",
+           "--set", f"agent.tools.local.urls=[{kb_server}]",
+           "--set", f"openrlhf.ckpt.path={tmp / 'ckpt'}", "--set", f"openrlhf.ckpt.output_dir={tmp / 'final'}",
+           "--set", f"scheduler.trace={tmp / 'trace.jsonl'}", *[x for o in overrides for x in ("--set", o)]]
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp, env=env)
+    (tmp / "train.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    from local_retriever.sample import load_sample_questions
+
+    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    rows = load_sample_questions()[:N_PROMPTS]
+    path.write_text("".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n"
+                            for q in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
+    """2 episodes x 3 steps, async + partial rollout, checkpoint after every step."""
+    tmp = tmp_path_factory.mktemp("async")
+    train(tmp, tiny_model, kb_server, prompts, "openrlhf.train.num_episodes=2", "openrlhf.ckpt.save_steps=1")
+    return tmp
+
+
+def batches(trace: list[dict]) -> list[dict]:
+    return [row for row in trace if row["groups"]]
+
+
+def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
+    questions = sorted(json.loads(line)["question"] for line in prompts.read_text().splitlines())
+    trace = batches(read_jsonl(async_run / "trace.jsonl"))
+    fits = read_jsonl(async_run / "ckpt" / "cpu_harness_fits.jsonl")
+    # 2 episodes x 3 steps: every batch handed out by our generator was trained, in order
+    assert [r["train_version"] for r in trace] == list(range(6)) and len(fits) == 6
+    for row, fit in zip(trace, fits):
+        trained = [p for exp in fit["experiences"] for p in exp["prompts"]]
+        assert sorted(trained) == sorted(g["prompt"] for g in row["groups"] for _ in range(SAMPLES))
+        for exp in fit["experiences"]:  # the info only the streaming generator adds reached the trainer
+            assert {"staleness", "policy_version_admitted", "policy_version_first_token",
+                    "policy_version_last_token", "reward"} <= set(exp["info"])
+    # every prompt of every episode consumed exactly once; nothing filtered, failed or dropped
+    for episode in (0, 1):
+        consumed = [g["prompt"] for r in trace if r["episode"] == episode for g in r["groups"]]
+        assert sorted(consumed) == questions, f"episode {episode}"
+        assert sum(r["prompts_consumed"] for r in read_jsonl(async_run / "trace.jsonl")
+                   if r["episode"] == episode) == N_PROMPTS
+    assert all(r["stats"]["failed"] == r["stats"]["filtered"] == r["stats"]["stale_dropped"]
+               == r["stats"]["stale_restarted"] == 0 for r in trace)
+    # versions come from the trainer's steps: with one slot, the k-th call sees k - 2 updates
+    assert all(r["version_source"] == "trainer" for r in trace)
+    assert [r["engine_version"] for r in trace] == [max(0, r["call"] - QUEUE - 1) for r in trace]
+    # AReaL's admission bound held at every admission; staleness is train version - admission version
+    assert all(r["peak_over_capacity"] <= 0 and r["admitted"] <= r["capacity"] for r in trace)
+    for r in trace:
+        for g in r["groups"]:
+            assert g["staleness"] == r["train_version"] - g["admitted_version"] >= 0
+            assert all(g["admitted_version"] <= f <= last <= r["engine_version"]
+                       for f, last in zip(g["first_token_version"], g["last_token_version"]))
+    # groups ran across calls: the first call admitted beyond its own batch (streaming, not batch-synchronous)
+    assert trace[0]["in_flight"] > 0 and trace[0]["admitted"] == (ETA + 1) * BATCH
+    # checkpoints after every step and the final model
+    assert {p.name for p in (async_run / "ckpt" / "_actor").iterdir()} >= {f"global_step{i}" for i in range(1, 7)}
+    assert (async_run / "final" / "config.json").is_file()
+    log = (async_run / "train.log").read_text()
+    assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
+
+
+def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
+    """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
+    shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "_actor" / "latest").write_text(json.dumps({"tag": "global_step2"}))
+    before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
+    first = batches(read_jsonl(async_run / "trace.jsonl"))
+    trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}
+    train(tmp_path, tiny_model, kb_server, prompts, "openrlhf.train.num_episodes=2", "openrlhf.ckpt.load_enable=true",
+          "scheduler.on_stale=restart")
+    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
+    questions = {json.loads(line)["question"] for line in prompts.read_text().splitlines()}
+    episode0 = [g["prompt"] for r in trace if r["episode"] == 0 for g in r["groups"]]
+    episode1 = [g["prompt"] for r in trace if r["episode"] == 1 for g in r["groups"]]
+    # the rest of episode 0 is exactly what was drawn but not trained at the checkpoint, then a full episode
+    assert sorted(episode0) == sorted(questions - trained_before) and sorted(episode1) == sorted(questions)
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[before:]
+    assert len(fits) == len(trace)
+    # restart mode: no consumed group is staler than eta
+    assert all(g["staleness"] <= ETA for r in trace for g in r["groups"])
+
+
+def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, prompts):
+    proc = train(tmp_path, tiny_model, kb_server, prompts, "openrlhf.train.async_enable=false",
+                 "openrlhf.train.partial_rollout_enable=false")
+    assert "without the streaming scheduler" in proc.stderr
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(fits) == N_PROMPTS // BATCH
+    trained = sorted(p for fit in fits for exp in fit["experiences"] for p in exp["prompts"])
+    assert trained == sorted(json.loads(line)["question"] for line in prompts.read_text().splitlines()
+                             for _ in range(SAMPLES))
+    assert all({"reward", "turns", "searches"} <= set(exp["info"]) for fit in fits for exp in fit["experiences"])
+    assert not (tmp_path / "trace.jsonl").exists()  # OpenRLHF's own generator ran
