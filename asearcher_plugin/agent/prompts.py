@@ -63,10 +63,17 @@ def format_docs(docs: list[dict], max_chars: int) -> str:
         return "No search results are found."
     parts = []
     for i, doc in enumerate(docs, 1):
-        text = doc.get("text") or doc.get("contents", "")
-        url = doc.get("url", "")
-        parts.append(f"Doc {i}(Title: {doc.get('title', '')}) [{url}] {text[:max_chars]}")
+        text = _str(doc.get("text") or doc.get("contents"))[:max_chars]
+        title, url = _str(doc.get("title"))[:MAX_TITLE_CHARS], _str(doc.get("url"))[:MAX_TITLE_CHARS]
+        parts.append(f"Doc {i}(Title: {title}) [{url}] {text}")
     return "\n".join(parts)
+
+
+MAX_TITLE_CHARS = 500  # titles and URLs come from services we do not control; the feedback stays bounded
+
+
+def _str(value) -> str:
+    return "" if value is None else value if isinstance(value, str) else str(value)
 
 
 def invalid_feedback(error: str) -> str:
