@@ -13,6 +13,8 @@ import re
 import httpx
 import orjson
 
+from .agent.actions import scrub
+
 JUDGE_PROMPT = """You are grading an answer to a question against the gold answers.
 Question: {question}
 Gold answers: {golds}
@@ -54,15 +56,17 @@ def parse_verdict(text: str) -> bool | None:
 
 async def judge(question: str, prediction: str, golds: list[str], cfg, client: httpx.AsyncClient | None = None) -> bool:
     """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
+    # Lone surrogates (model output, dataset text) can be neither a cache key nor a JSON body.
+    question, prediction, golds = scrub(question), scrub(prediction), [scrub(str(g)) for g in golds]
     cache = _cache(cfg)
     key = orjson.dumps([cfg.model, question, prediction, sorted(golds)]).decode()
     if cache is not None:
-        hit = cache.get(key)
+        hit = await cache.aget(key)
         if hit is not None:
             return bool(hit)
     verdict = await _ask(question, prediction, golds, cfg, client)
     if cache is not None:
-        cache.set(key, verdict)
+        await cache.aset(key, verdict)
     return verdict
 
 
@@ -79,7 +83,7 @@ async def _ask(question: str, prediction: str, golds: list[str], cfg, client: ht
                 resp = await client.post(cfg.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers)
                 resp.raise_for_status()
                 verdict = parse_verdict(resp.json()["choices"][0]["message"]["content"])
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:  # TypeError: JSON of another shape
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if verdict is not None:

@@ -2,10 +2,17 @@
 
 Search results and pages are cached by key for `ttl` seconds, so the 16 samples of a group
 asking the same query, or a re-run of an evaluation, cost one request.
+
+A cache only saves requests: when SQLite fails (another process holds the lock past the busy
+timeout, a full disk, a corrupt row) a read is a miss and a write is skipped, with a warning.
+`aget` / `aset` run in a worker thread, because SQLite blocks, and in a rollout actor the event
+loop it would block is every trajectory's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sqlite3
 import threading
 import time
@@ -13,35 +20,65 @@ from pathlib import Path
 
 import orjson
 
+from ..agent.actions import scrub
+
+log = logging.getLogger(__name__)
+
 
 class DiskCache:
-    def __init__(self, path: str | Path, ttl: float = 7 * 24 * 3600):
+    def __init__(self, path: str | Path, ttl: float = 7 * 24 * 3600, busy_timeout: float = 30.0):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.ttl = ttl
+        self.busy_timeout = busy_timeout  # seconds a call waits for another process's lock
         self._local = threading.local()
         db = self._db()
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value BLOB, at REAL)")
         db.commit()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.errors = 0
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
             self._local.db = db
         return db
 
     def get(self, key: str):
-        row = self._db().execute("SELECT value, at FROM cache WHERE key = ?", (key,)).fetchone()
-        if row is None or time.time() - row[1] > self.ttl:
+        try:
+            row = self._db().execute("SELECT value, at FROM cache WHERE key = ?", (scrub(key),)).fetchone()
+            value = None if row is None or time.time() - row[1] > self.ttl else orjson.loads(row[0])
+        except (sqlite3.Error, orjson.JSONDecodeError) as exc:
+            self._failed("read", exc)
+            value = None
+        if value is None:
             self.misses += 1
             return None
         self.hits += 1
-        return orjson.loads(row[0])
+        return value
 
     def set(self, key: str, value) -> None:
-        db = self._db()
-        db.execute("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)", (key, orjson.dumps(value), time.time()))
-        db.commit()
+        db = None
+        try:
+            db = self._db()
+            db.execute("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
+                       (scrub(key), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), time.time()))
+            db.commit()
+        except (sqlite3.Error, TypeError) as exc:  # orjson.JSONEncodeError is a TypeError
+            self._failed("write", exc)
+            try:
+                if db is not None:
+                    db.rollback()
+            except sqlite3.Error:
+                pass
+
+    async def aget(self, key: str):
+        return await asyncio.to_thread(self.get, key)
+
+    async def aset(self, key: str, value) -> None:
+        await asyncio.to_thread(self.set, key, value)
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self.errors += 1
+        log.warning("cache %s failed in %s (%s: %s); going on without it", what, self.path, type(exc).__name__, exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from local_retriever.client import RetrievalClient, RetrievalError
 
+from ..agent.actions import scrub
 from .base import ToolBox, ToolError
 
 
@@ -14,7 +15,8 @@ class LocalToolBox(ToolBox):
 
     async def search(self, query: str, topk: int) -> list[dict]:
         try:
-            hits = (await self.client.retrieve([query], topk=topk, return_scores=True))[0]
+            # a lone surrogate cannot go into a JSON body
+            hits = (await self.client.retrieve([scrub(query)], topk=topk, return_scores=True))[0]
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
         return [{"title": h["document"].get("title", ""), "url": h["document"].get("url", ""),
@@ -23,7 +25,7 @@ class LocalToolBox(ToolBox):
 
     async def access(self, url: str) -> str | None:
         try:
-            page = (await self.client.access([url]))[0]
+            page = (await self.client.access([scrub(url)]))[0]
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
         return page["contents"] if page else None

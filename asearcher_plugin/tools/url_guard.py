@@ -29,22 +29,33 @@ def _is_public(addr: str) -> bool:
 
 
 async def check_url(url: str, allow_hosts: frozenset[str] | set[str] = frozenset()) -> str:
-    """Returns the URL if it may be fetched, else raises BlockedURL saying why."""
-    parts = urlsplit(url.strip())
+    """Returns the URL if it may be fetched, else raises BlockedURL saying why.
+
+    A model writes these URLs, so anything malformed (a bad port, an unclosed IPv6 bracket, an
+    over-long or empty host label, characters no resolver takes) is refused here rather than
+    raising something else further down.
+    """
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+        host = (parts.hostname or "").lower()
+    except ValueError as exc:
+        raise BlockedURL(f"malformed URL {url[:200]!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise BlockedURL(f"only http(s) URLs can be accessed, not {parts.scheme or 'a bare string'!r}")
-    host = (parts.hostname or "").lower()
+        raise BlockedURL(f"only http(s) URLs can be accessed, not {parts.scheme[:20] or 'a bare string'!r}")
     if not host:
-        raise BlockedURL(f"no host in {url!r}")
+        raise BlockedURL(f"no host in {url[:200]!r}")
     if host in allow_hosts:
         return url
     if host in METADATA_HOSTS:
         raise BlockedURL(f"{host} is a cloud metadata service")
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, parts.port or (443 if parts.scheme == "https" else 80),
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port or (443 if parts.scheme == "https" else 80),
                                                             type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise BlockedURL(f"cannot resolve {host}: {exc.strerror}") from None
+        raise BlockedURL(f"cannot resolve {host[:200]!r}: {exc.strerror}") from None
+    except (UnicodeError, ValueError, OSError) as exc:  # the IDNA codec refuses the name before any lookup
+        raise BlockedURL(f"invalid host name {host[:200]!r}: {exc}") from None
     for info in infos:
         addr = info[4][0]
         if not _is_public(addr):

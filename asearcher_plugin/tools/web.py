@@ -2,17 +2,21 @@
 
 Every call goes through the on-disk cache, a per-host rate limit, and retries with backoff on
 429, 5xx and timeouts. Direct fetches pass the URL guard at every redirect hop and stop reading
-at `max_page_bytes`.
+at `max_page_bytes`. Queries and URLs are written by a model: whatever they hold, and whatever
+the services reply, a call returns or raises ToolError. Cache calls and HTML extraction block,
+so they run in worker threads, off the event loop every trajectory of a rollout actor shares.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from ..agent.actions import scrub
 from .base import ToolBox, ToolError
 from .cache import DiskCache
 from .ratelimit import HostRateLimiter
@@ -50,6 +54,8 @@ class WebToolBox(ToolBox):
                     resp = await self.http.request(method, url, **kw)
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     raise _Transient(f"{type(exc).__name__} for {url}") from None
+                except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                    raise ToolError(f"{type(exc).__name__} for {url}: {exc}") from None
                 if resp.status_code == 429 or resp.status_code >= 500:
                     raise _Transient(f"HTTP {resp.status_code} from {urlsplit(url).hostname}")
                 return resp
@@ -59,8 +65,9 @@ class WebToolBox(ToolBox):
         key = os.environ.get(self.cfg.serper_api_key_env)
         if not key:
             raise ToolError(f"web search needs ${self.cfg.serper_api_key_env}")
+        query = scrub(query)
         cache_key = f"serper:{topk}:{query}"
-        cached = self.cache.get(cache_key)
+        cached = await self.cache.aget(cache_key)
         if cached is not None:
             return cached
         try:
@@ -70,13 +77,13 @@ class WebToolBox(ToolBox):
             raise ToolError(f"search failed after retries: {exc}") from None
         if resp.status_code != 200:
             raise ToolError(f"search failed: HTTP {resp.status_code}: {resp.text[:200]}")
-        organic = (resp.json() or {}).get("organic") or []
-        docs = [{"title": r.get("title", ""), "url": r.get("link", ""), "text": r.get("snippet", "")} for r in organic[:topk]]
-        self.cache.set(cache_key, docs)
+        docs = serper_docs(resp, topk)
+        await self.cache.aset(cache_key, docs)
         return docs
 
     async def access(self, url: str) -> str | None:
-        cached = self.cache.get(f"page:{url}")
+        url = scrub(url)
+        cached = await self.cache.aget(f"page:{url}")
         if cached is not None:
             return cached
         jina = os.environ.get(self.cfg.jina_api_key_env)
@@ -88,7 +95,7 @@ class WebToolBox(ToolBox):
         except _Transient as exc:
             raise ToolError(f"access failed after retries: {exc}") from None
         if text is not None:
-            self.cache.set(f"page:{url}", text)
+            await self.cache.aset(f"page:{url}", text)
         return text
 
     async def _jina(self, url: str, key: str) -> str | None:
@@ -103,13 +110,19 @@ class WebToolBox(ToolBox):
         for _ in range(MAX_REDIRECTS + 1):
             body, resp = await self._fetch_capped(url)
             if resp.status_code in (301, 302, 303, 307, 308) and "location" in resp.headers:
-                url = await check_url(urljoin(url, resp.headers["location"]), self.allow)
+                try:
+                    target = urljoin(url, resp.headers["location"])
+                except ValueError as exc:
+                    raise BlockedURL(f"malformed redirect to {resp.headers['location'][:200]!r}: {exc}") from None
+                url = await check_url(target, self.allow)
                 continue
             if resp.status_code == 404:
                 return None
             if resp.status_code != 200:
                 raise ToolError(f"access failed: HTTP {resp.status_code}")
-            return html_to_markdown(_decode(body, resp), url) if _is_html(resp) else _decode(body, resp)
+            if _is_html(resp):
+                return await asyncio.to_thread(html_to_markdown, _decode(body, resp), url)
+            return _decode(body, resp)
         raise ToolError(f"access failed: more than {MAX_REDIRECTS} redirects")
 
     async def _fetch_capped(self, url: str) -> tuple[bytes, httpx.Response]:
@@ -129,7 +142,30 @@ class WebToolBox(ToolBox):
                         return b"".join(chunks)[: self.cfg.max_page_bytes], resp
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     raise _Transient(f"{type(exc).__name__} for {url}") from None
+                except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                    raise ToolError(f"{type(exc).__name__} for {url}: {exc}") from None
         raise AssertionError("unreachable")
+
+
+def serper_docs(resp: httpx.Response, topk: int) -> list[dict]:
+    """Serper's `organic` results as documents; a reply that is not Serper's JSON is a ToolError."""
+    try:
+        data = resp.json()
+    except ValueError:
+        raise ToolError(f"search failed: the reply is not JSON ({resp.headers.get('content-type', '?')}): "
+                        f"{resp.text[:200]!r}") from None
+    if not isinstance(data, dict):
+        raise ToolError(f"search failed: expected a JSON object, got {type(data).__name__}: {resp.text[:200]!r}")
+    organic = data.get("organic") or []  # absent when nothing matched
+    if not isinstance(organic, list):
+        raise ToolError(f"search failed: 'organic' is a {type(organic).__name__}, not a list")
+    rows = [r for r in organic if isinstance(r, dict)][:topk]
+    return [{"title": _field(r, "title"), "url": _field(r, "link"), "text": _field(r, "snippet")} for r in rows]
+
+
+def _field(row: dict, name: str) -> str:
+    value = row.get(name)
+    return "" if value is None else scrub(value if isinstance(value, str) else str(value))
 
 
 def _is_html(resp: httpx.Response) -> bool:
