@@ -10,6 +10,7 @@ Neither vLLM nor Ray is imported here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
@@ -18,13 +19,15 @@ try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not ins
 except ImportError:  # pragma: no cover - exercised on installs without the [train] extra
     from asearcher_plugin.agent.bases import AgentExecutorBase, AgentInstanceBase
 
-from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action
+from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action, scrub
 from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_feedback, chat_prompt, format_docs, information,
                                             invalid_feedback, reasoning_prompt)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
-from asearcher_plugin.reward import format_factor, parse_gold, score_all
+from asearcher_plugin.reward import METRICS, format_factor, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
+
+log = logging.getLogger(__name__)
 
 
 def _tensor(value: float):
@@ -43,22 +46,29 @@ class AgentInstance(AgentInstanceBase):
         self.turns = self.searches = self.accesses = self.invalid = self.tool_errors = 0
         self.tool_seconds = 0.0
         self.answer: str | None = None
+        self.ended_without_action = False
         self.page_cursor: dict[str, int] = {}
-        self.scores: dict[str, float] = {}
+        # Every metric's key from the start, whatever happens later: OpenRLHF batches the extra_logs
+        # of a batch's samples key by key and fails when one sample lacks a key the others have.
+        self.scores: dict[str, float] = dict.fromkeys(METRICS, 0.0)
+        self.judge_failed = False
         self.question = ""
 
     async def reset(self, states: dict, **kwargs) -> dict:
-        question = self.question = states["observation"]
+        question = self.question = scrub(states["observation"])
         observation = build_prompt(self.config.agent_type, question) if self.config.wrap_prompt else question
         return {"observation": observation, "label": states.get("label")}
 
     async def step(self, states: dict, **kwargs) -> dict:
+        """One turn. `states["ended"]` says the model's turn ended with EOS: without an action it ends the trajectory."""
         self.turns += 1
         action = parse_action(states.get("action_text") or "", self.allowed)
         feedback, done = "", False
         if action.kind == "invalid":
             self.invalid += 1
             feedback = invalid_feedback(action.error)
+            if states.get("ended"):
+                self.ended_without_action = done = True
         elif action.kind == "answer":
             self.answer, done = action.argument, True
         else:
@@ -66,7 +76,7 @@ class AgentInstance(AgentInstanceBase):
         if not done and self.turns >= self.config.max_turns:
             done = True
         reward = await self.final_reward(states.get("label")) if done else 0.0
-        return {"rewards": _tensor(reward), "scores": _tensor(reward), "environment_feedback": "" if done else feedback,
+        return {"rewards": _tensor(reward), "scores": _tensor(reward), "environment_feedback": "" if done else scrub(feedback),
                 "done": done, "extra_logs": self.extra_logs()}
 
     async def _run_tool(self, kind: str, argument: str) -> str:
@@ -81,6 +91,10 @@ class AgentInstance(AgentInstanceBase):
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
             self.tool_errors += 1
             return information(f"{kind} failed: {exc or type(exc).__name__}")
+        except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
+            self.tool_errors += 1
+            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc)
+            return information(f"{kind} failed: {type(exc).__name__}")
         finally:
             self.tool_seconds += time.perf_counter() - started
 
@@ -98,27 +112,42 @@ class AgentInstance(AgentInstanceBase):
         return f">>>> Page {k + 1} of {len(chunks)} >>>>{more}\n{chunks[k]}"
 
     async def final_reward(self, label) -> float:
-        golds = parse_gold(label)
+        golds = [scrub(g) for g in parse_gold(label)]
         self.scores = score_all(self.answer, golds)
         metric = self.config.reward.metric
         score = self.scores.get(metric, self.scores["f1"])
-        if metric == "judge" and self.answer is not None:
-            from asearcher_plugin.judge import JudgeUnavailable, judge
-
-            try:
-                self.scores["judge"] = score = float(await judge(self.question, self.answer, golds, self.config.reward.judge))
-            except JudgeUnavailable:
-                self.scores["judge_fallback"] = 1.0  # scored with F1 instead; visible in the logs
+        if metric == "judge":
+            # score_judge is what the reward used: the verdict, or F1 when the judge failed (judge_failed = 1).
+            self.scores["judge"] = score
+            if self.answer is not None:
+                self.scores["judge"] = score = await self._judge(golds, score)
         if self.config.reward.format_factor:
             score *= format_factor(self.invalid, self.answer is not None)
         return score
 
+    async def _judge(self, golds: list[str], fallback: float) -> float:
+        from asearcher_plugin.judge import JudgeUnavailable, judge
+
+        try:
+            return float(await judge(self.question, self.answer, golds, self.config.reward.judge))
+        except JudgeUnavailable:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a judge bug must not end the rollout
+            log.warning("judge raised %s: %s", type(exc).__name__, exc)
+        self.judge_failed = True
+        return fallback
+
     def extra_logs(self) -> dict:
-        return {"turns": float(self.turns), "searches": float(self.searches), "accesses": float(self.accesses),
+        """The same keys for every trajectory under one config (see `scores` in __init__)."""
+        logs = {"turns": float(self.turns), "searches": float(self.searches), "accesses": float(self.accesses),
                 "invalid_actions": float(self.invalid), "tool_errors": float(self.tool_errors),
                 "tool_seconds": round(self.tool_seconds, 4), "answered": float(self.answer is not None),
-                "answer_chars": float(len(self.answer or "")),
-                **{f"score_{k}": v for k, v in self.scores.items()}}
+                "answer_chars": float(len(self.answer or "")), "ended_without_action": float(self.ended_without_action),
+                **{f"score_{k}": float(self.scores.get(k, 0.0)) for k in METRICS}}
+        if self.config.reward.metric == "judge":
+            logs["score_judge"] = float(self.scores.get("judge", 0.0))
+            logs["judge_failed"] = float(self.judge_failed)
+        return logs
 
 
 class AgentExecutor(AgentExecutorBase):
@@ -154,6 +183,8 @@ class AgentExecutor(AgentExecutorBase):
         tokens = tokens[-max(1, max_length - min(cap, max_length // 2)):]  # leave room for at least one turn
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
         logprobs = [0.0] * len(tokens) if want_logprobs else None
+        eos_id = getattr(hf_tokenizer, "eos_token_id", None)
+        texts = [observation]  # joined once at the end: concatenating every turn is quadratic in the trajectory
         action_ranges, truncated, done, reward, result = [], False, False, 0.0, {}
         first_call_at = last_token_at = None  # wall clock, mapped to policy versions by the scheduler
         while not done:
@@ -167,15 +198,16 @@ class AgentExecutor(AgentExecutorBase):
             out = (await llm_engine.generate(tokens, params)).outputs[0]
             last_token_at = time.time()
             action_ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
-            tokens = tokens + list(out.token_ids)
+            tokens.extend(out.token_ids)
             if want_logprobs:
                 logprobs += [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs or [])]
                 logprobs += [0.0] * (len(tokens) - len(logprobs))
+            texts.append(out.text)
             if out.finish_reason == "length" and len(tokens) >= max_length:
                 truncated = True
                 break
-            result = await agent.step({"observation_text": observation, "action_text": out.text, "label": label,
-                                       "sampling_params": params})
+            result = await agent.step({"action_text": out.text, "label": label, "sampling_params": params,
+                                       "ended": ended_at_eos(out, eos_id)})
             done = result["done"]
             reward = float(result["rewards"].item())
             feedback = result["environment_feedback"]
@@ -183,10 +215,10 @@ class AgentExecutor(AgentExecutorBase):
                 feedback = chat_feedback(hf_tokenizer, feedback.strip())
             if feedback and not done:
                 fb = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(tokens)]
-                tokens = tokens + fb
+                tokens.extend(fb)
                 if want_logprobs:
                     logprobs += [0.0] * len(fb)
-            observation = observation + out.text + (feedback or "")
+                texts.append(feedback)
         if not done:
             reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
         logs = agent.extra_logs()
@@ -194,12 +226,12 @@ class AgentExecutor(AgentExecutorBase):
         return {"prompt": prompt, "label": label, "images": images, "mm_train_inputs": None,
                 "observation_tokens": tokens, "action_ranges": action_ranges, "rollout_log_probs": logprobs,
                 "reward": reward, "scores": reward, "truncated": truncated, "extra_logs": logs,
-                "answer": agent.answer, "text": observation, "token_times": [first_call_at, last_token_at]}
+                "answer": agent.answer, "text": "".join(texts), "token_times": [first_call_at, last_token_at]}
 
     async def _execute_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
         agent = AgentInstance(self.config, self._toolbox())
-        agent.question = prompt
+        agent.question = prompt = scrub(prompt)
         history, done, calls, tokens_used = "", False, 0, 0
         while not done:
             text = reasoning_prompt(prompt, history)
@@ -220,6 +252,21 @@ class AgentExecutor(AgentExecutorBase):
         return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
                 "answer": agent.answer, "text": history, "truncated": False, "observation_tokens": None,
                 "action_ranges": None, "rollout_log_probs": None}
+
+
+def ended_at_eos(out, eos_id: int | None) -> bool:
+    """Whether the model ended its turn itself (EOS) rather than at an action's closing tag or out of tokens.
+
+    vLLM reports EOS as finish_reason "stop" with stop_reason None (or the token id, for other stop
+    tokens) and keeps the EOS token in token_ids; a stop string is reported as a str. Servers that
+    do not report stop_reason are recognised by the closing tag the text ends with.
+    """
+    ids = out.token_ids
+    if eos_id is not None and len(ids) and ids[-1] == eos_id:
+        return True
+    if out.finish_reason != "stop" or isinstance(out.stop_reason, str):
+        return False
+    return not (out.text or "").rstrip().endswith(tuple(STOP_STRINGS))
 
 
 def agent_file() -> Path:
