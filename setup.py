@@ -51,6 +51,10 @@ setup(
         "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
                  # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
                  "sympy", "pylatexenc",
+                 # what OpenRLHF's trainer modules and DeepSpeed import, for `asearcher train --cpu` and its test;
+                 # scripts/test.sh installs deepspeed itself without building its CUDA ops
+                 "datasets", "peft", "torchdata", "einops", "hjson", "msgpack", "ninja", "py-cpuinfo",
+                 "setuptools>=70", "wheel",
                  "deptry>=0.25"],  # scripts/check_deps.py: imports against the lists above
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },

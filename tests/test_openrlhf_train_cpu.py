@@ -101,8 +101,8 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
             assert g["staleness"] == r["train_version"] - g["admitted_version"] >= 0
             assert all(g["admitted_version"] <= f <= last <= r["engine_version"]
                        for f, last in zip(g["first_token_version"], g["last_token_version"]))
-    # groups ran across calls: the first call admitted beyond its own batch (streaming, not batch-synchronous)
-    assert trace[0]["in_flight"] > 0 and trace[0]["admitted"] == (ETA + 1) * BATCH
+    # groups run across calls: the first call admitted eta + 1 batches, not just its own (not batch-synchronous)
+    assert trace[0]["admitted"] == (ETA + 1) * BATCH > BATCH
     # checkpoints after every step and the final model
     assert {p.name for p in (async_run / "ckpt" / "_actor").iterdir()} >= {f"global_step{i}" for i in range(1, 7)}
     assert (async_run / "final" / "config.json").is_file()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import ray
@@ -23,6 +24,7 @@ from openrlhf.trainer.ray.launcher import BaseModelActor
 from .weight_sync import join_group
 
 LATEST = "latest"
+FIT_SECONDS_ENV = "ASEARCHER_CPU_FIT_SECONDS"
 
 
 class CPUPolicyModelActor(BaseModelActor):
@@ -82,6 +84,8 @@ class CPUPolicyModelActor(BaseModelActor):
                 self.optim.step()
                 stats.append({"policy_loss": loss.item(), "ppo_clip_ratio": float(clip_ratio),
                               **({"vllm_kl": float(vllm_kl)} if vllm_kl is not None else {})})
+        # A GPU training step of the benchmark's chosen length (the tiny model trains in milliseconds)
+        time.sleep(float(os.environ.get(FIT_SECONDS_ENV, "0") or 0))
         self._log_fit()
         self.buffer.clear()
         self.fits += 1
@@ -96,7 +100,7 @@ class CPUPolicyModelActor(BaseModelActor):
         path = Path(self.args.ckpt.path)
         path.mkdir(parents=True, exist_ok=True)
         with open(path / "cpu_harness_fits.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"fit": self.fits + 1, "experiences": rows}) + "\n")
+            fh.write(json.dumps({"fit": self.fits + 1, "time": time.time(), "experiences": rows}) + "\n")
 
     # -- weight sync -----------------------------------------------------------------------
     def _init_sync_group(self):

@@ -33,6 +33,10 @@ class AsyncLLMEngine:
         self.engine = HFEngine(engine_args.model, device="cpu", seed=engine_args.seed)
         if engine_args.max_model_len:
             self.engine.max_model_len = min(self.engine.max_model_len, int(engine_args.max_model_len))
+        from asearcher_plugin.openrlhf_cpu.scripted import ScriptedDecoder, Workload
+
+        workload = Workload.from_env()  # the benchmark's scheduling workload instead of the model's own turns
+        self.script = ScriptedDecoder(workload, self.engine.tokenizer, self.engine.running) if workload else None
         self.output_processor = _OutputProcessor()
         self.weight_updates = 0
         self.prefix_cache_resets = 0
@@ -47,7 +51,8 @@ class AsyncLLMEngine:
     async def generate(self, prompt, sampling_params, request_id: str):
         self.output_processor.unfinished += 1
         try:
-            out = await self.engine.generate(prompt["prompt_token_ids"], sampling_params)
+            source = self.script or self.engine
+            out = await source.generate(prompt["prompt_token_ids"], sampling_params)
         finally:
             self.output_processor.unfinished -= 1
         out.request_id = request_id
