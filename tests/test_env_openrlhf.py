@@ -2,6 +2,7 @@
 
 import asyncio
 import importlib.util
+import os
 import subprocess
 import sys
 import types
@@ -27,17 +28,31 @@ def load_like_openrlhf(path: str):
 
 
 def samples_generator_module():
-    """OpenRLHF's real samples generator, importable on CPU once its GPU-only imports are satisfied."""
+    """OpenRLHF's real samples generator, imported on CPU with its GPU-only imports stubbed.
+
+    The stubs, and the openrlhf modules imported against them, leave sys.modules again afterwards:
+    a stub left in place would shadow the real vllm stand-in and OpenRLHF's Ray launcher for every
+    later test in the session.
+    """
+    before = set(sys.modules)
+    stubs = {}
     for name in ("ray", "vllm"):
         if name not in sys.modules:
-            stub = types.ModuleType(name)
-            stub.SamplingParams = SamplingParams
-            sys.modules[name] = stub
-    engine_mod = types.ModuleType("openrlhf.trainer.ray.vllm_engine")
-    engine_mod.batch_vllm_engine_call = lambda *a, **k: None
-    sys.modules.setdefault("openrlhf.trainer.ray.vllm_engine", engine_mod)
-    from openrlhf.trainer.ppo_utils import samples_generator
-
+            stubs[name] = types.ModuleType(name)
+            stubs[name].SamplingParams = SamplingParams
+    if "openrlhf.trainer.ray.vllm_engine" not in sys.modules:
+        engine_mod = stubs["openrlhf.trainer.ray.vllm_engine"] = types.ModuleType("openrlhf.trainer.ray.vllm_engine")
+        engine_mod.batch_vllm_engine_call = lambda *a, **k: None
+    sys.modules.update(stubs)
+    try:
+        from openrlhf.trainer.ppo_utils import samples_generator
+    finally:
+        for name in set(sys.modules) - before:
+            if name in stubs or name.startswith("openrlhf."):
+                del sys.modules[name]
+        package = sys.modules.get("openrlhf.trainer.ppo_utils")
+        if package is not None and "openrlhf.trainer.ppo_utils.samples_generator" not in sys.modules:
+            package.__dict__.pop("samples_generator", None)
     return samples_generator
 
 
@@ -57,7 +72,9 @@ def test_module_prints_its_path_and_imports_no_vllm_or_ray():
     probe = ("import sys, importlib.util; s = importlib.util.spec_from_file_location('agent_module', sys.argv[1]); "
              "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.AgentExecutor(); "
              "print(sorted(x for x in ('vllm', 'ray') if x in sys.modules))")
-    loaded = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True)
+    no_kb_check = {**os.environ, "ASEARCHER_RUN_CONFIG": '{"agent": {"tools": {"local": {"check_on_start": false}}}}'}
+    loaded = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True,
+                            env=no_kb_check)
     assert loaded.stdout.strip() == "[]"
 
 
