@@ -27,6 +27,8 @@ class LocalToolsConfig(_Strict):
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:5005"], description="knowledge-base servers")
     timeout: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0)
+    check_on_start: bool = Field(True, description="when OpenRLHF builds the agent in a rollout engine, fail unless "
+                                                   "one of the urls answers /health from that node")
 
 
 class WebToolsConfig(_Strict):

@@ -154,7 +154,12 @@ class AgentExecutor(AgentExecutorBase):
     """Runs one trajectory: generate until a closing action tag, step the environment, repeat."""
 
     def __init__(self, config: AgentConfig | None = None, for_training: bool = True):
+        built_by_openrlhf = config is None  # OpenRLHF's rollout engine builds it with no arguments
         self.config = config or load_config()
+        if built_by_openrlhf and self.config.tools.backend == "local" and self.config.tools.local.check_on_start:
+            from asearcher_plugin.tools.preflight import check_kb_reachable
+
+            check_kb_reachable(self.config.tools.local)
         if for_training and self.config.agent_type == "asearcher-reasoning":
             # Its prompt is rebuilt from the question and the last 25,000 characters of history at
             # every call, so the trajectory is not one token sequence: OpenRLHF could not mask or

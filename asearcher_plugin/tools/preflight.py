@@ -1,0 +1,40 @@
+"""Before a rollout engine takes work: can this node reach a knowledge-base server?
+
+A failed search is feedback to the model, so a rollout node that cannot reach the KB would train
+on broken tools without a sign. OpenRLHF builds the agent in every rollout engine, on whatever
+node it lands; checking there turns a wrong URL (127.0.0.1 on a multi-node run, a firewall) into
+an error at start-up that names the node and the URLs.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import httpx
+
+from ..config import ConfigError, LocalToolsConfig
+
+log = logging.getLogger(__name__)
+
+
+def check_kb_reachable(local: LocalToolsConfig, attempts: int = 3, timeout: float = 10.0) -> None:
+    """Passes when at least one server answers `GET /health`; the others are logged. Else ConfigError."""
+    problems: dict[str, str] = {}
+    for attempt in range(attempts):
+        for url in local.urls:
+            try:
+                httpx.get(url.rstrip("/") + "/health", timeout=timeout).raise_for_status()
+            except (httpx.HTTPError, ValueError) as exc:
+                problems[url] = f"{type(exc).__name__}: {exc}"
+                continue
+            down = [u for u in local.urls if u in problems]
+            if down:
+                log.warning("KB servers unreachable from %s: %s", socket.gethostname(), down)
+            return
+        time.sleep(1.0 * (attempt + 1))
+    raise ConfigError(f"no knowledge-base server reachable from node {socket.gethostname()}: "
+                      + "; ".join(f"{u} ({problems[u]})" for u in local.urls)
+                      + ". Set agent.tools.local.urls to servers every rollout node reaches "
+                      "(`asearcher kb serve --host 0.0.0.0` on the KB machine), or check_on_start: false")
