@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.launch import build_command
