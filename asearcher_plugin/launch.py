@@ -100,7 +100,10 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
 
         install(settings)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
-    runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    finally:  # stop the actors here rather than from interpreter-exit hooks
+        ray.shutdown()
 
 
 def config_for_launch(path: str | None) -> RunConfig:
