@@ -37,6 +37,9 @@ def test_recipe_is_accepted_by_openrlhf(path, tmp_path):
     assert args.vllm.enable_prefix_caching  # every turn re-sends the trajectory
     assert not (args.data.apply_chat_template and config.agent.wrap_prompt)  # templated once
     assert config.agent == AgentConfig.model_validate(recipe["agent"])
+    if recipe["resources"]["nodes"] > 1 and config.agent.tools.backend == "local":
+        # rollout engines on other nodes cannot reach a KB on "their" loopback
+        assert not any(h in u for u in config.agent.tools.local.urls for h in ("127.0.0.1", "localhost"))
     settings = resolve_settings(config.scheduler, args)
     # streaming headroom: batches admitted beyond what OpenRLHF's queue holds
     assert settings.max_staleness - args.train.async_queue_size >= 1
