@@ -197,7 +197,7 @@ def _ingest_jsonl(source: Path, offsets: OffsetWriter, pages: PageWriter, report
     current: list = [None, None, []]  # title, url, texts
     def flush():
         if current[0] is not None and opts.pages_jsonl is None:
-            pages.add_page(current[0], "\n".join(current[2]), current[1])
+            pages.add_page(current[0], "\n".join(current[2]), current[1], extend=True)
 
     rows = scan_jsonl(source, opts.strict, report)
     for offset, length, row in tqdm(rows, desc="passages", unit=" row", disable=not opts.progress):
@@ -212,7 +212,7 @@ def _ingest_jsonl(source: Path, offsets: OffsetWriter, pages: PageWriter, report
         page_report = ScanReport()
         for _, _, row in scan_jsonl(Path(opts.pages_jsonl), opts.strict, page_report):
             row = normalise_row(row)
-            pages.add_page(row["title"], row.get("text") or row["contents"], row["url"])
+            pages.add_page(row["title"], row["text"], row["url"])
 
 
 def _build_dense(store: PassageStore, work: Path, encoder_cfg: EncoderConfig, opts: BuildOptions) -> None:

@@ -41,8 +41,14 @@ def normalise_row(row: dict) -> dict:
     """Adds `contents`, `title`, `text` and `url` to a corpus row, keeping every original field."""
     out = dict(row)
     if isinstance(row.get("contents"), str):
-        title, text = split_contents(row["contents"])
-        out.setdefault("title", title)
+        if isinstance(row.get("title"), str):
+            # A row with its own title may hold text only in `contents`: its first line is the
+            # title only when it says so, otherwise it is text and must not be dropped.
+            head, text = split_contents(row["contents"])
+            if head != row["title"].strip():
+                text = row["contents"].strip()
+        else:
+            out["title"], text = split_contents(row["contents"])
         out.setdefault("text", text)
     else:
         out["contents"] = join_contents(str(row.get("title", "")), str(row.get("text", "")))

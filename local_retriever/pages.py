@@ -32,11 +32,17 @@ class PageWriter:
         self.pages = 0
         self.redirects = 0
 
-    def add_page(self, title: str, contents: str, url: str | None = None) -> None:
+    def add_page(self, title: str, contents: str, url: str | None = None, extend: bool = False) -> None:
+        """Stores a page; with `extend`, a title seen before gets `contents` appended to its page.
+
+        Pages made of passages need `extend`: a title whose passages are not all consecutive
+        would otherwise lose every run after the first.
+        """
         url = url or title_to_url(title)
-        cur = self._db.execute(
-            "INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", (title_key(title), url, title, contents)
-        )
+        key = title_key(title)
+        cur = self._db.execute("INSERT OR IGNORE INTO pages VALUES (?, ?, ?, ?)", (key, url, title, contents))
+        if cur.rowcount == 0 and extend:
+            self._db.execute("UPDATE pages SET contents = contents || char(10) || ? WHERE key = ?", (contents, key))
         self.pages += cur.rowcount
 
     def add_redirect(self, title: str, target: str) -> None:
