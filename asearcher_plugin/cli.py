@@ -158,12 +158,12 @@ def eval_cmd(
     from pathlib import Path
 
     from asearcher_plugin.config import ConfigError, load_config
-    from asearcher_plugin.eval.datasets import DatasetError, load_dataset
+    from asearcher_plugin.eval.datasets import DatasetError, load_datasets
     from asearcher_plugin.eval.runner import run_eval
 
     try:
         config = load_config(agent_config)
-        items = [row for d in dataset for row in load_dataset(d, question_key, answer_key, limit)]
+        items = load_datasets(dataset, question_key, answer_key, limit)
     except (ConfigError, DatasetError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)

@@ -79,13 +79,13 @@ def render_html(metrics: dict, rows: list[dict]) -> str:
     items = []
     for r in sorted(rows, key=lambda r: (r["dataset"], r["id"], r["seed"])):
         if r["status"] != "ok":
-            items.append(f'<details class="failed"><summary>{html.escape(r["id"])} seed {r["seed"]}: '
+            items.append(f'<details class="failed"><summary>{html.escape(r["dataset"])}/{html.escape(r["id"])} seed {r["seed"]}: '
                          f'FAILED ({html.escape(r.get("error", ""))})</summary></details>')
             continue
         s = r["scores"]
         logs = r["logs"]
         items.append(
-            f'<details class="traj"><summary><b>{html.escape(r["id"])}</b> seed {r["seed"]} - '
+            f'<details class="traj"><summary><b>{html.escape(r["dataset"])}/{html.escape(r["id"])}</b> seed {r["seed"]} - '
             f'F1 {s.get("f1", 0):.2f}, EM {s.get("em", 0):.0f} - {int(logs.get("turns", 0))} turns, '
             f'{int(logs.get("searches", 0))} searches, {int(logs.get("accesses", 0))} pages - {html.escape(r["question"])}</summary>'
             f'<p><b>gold:</b> {html.escape(" | ".join(r["golden_answers"]))} &nbsp; <b>answer:</b> '

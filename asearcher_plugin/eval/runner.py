@@ -1,7 +1,7 @@
 """`asearcher eval`: every (question, seed) through the agent, resumable, then metrics and reports.
 
 Each finished item is appended to `trajectories.jsonl` at once, so a crash loses only the items in
-flight and a re-run skips every (id, seed) already done. An item that fails for infrastructure
+flight and a re-run skips every (dataset, id, seed) already done. An item that fails for infrastructure
 reasons (engine or tools unreachable after their retries) is recorded with status `failed` and
 left out of the metrics, never scored as wrong; a re-run tries it again.
 """
@@ -25,7 +25,13 @@ from .metrics import summarise
 INFRA_ERRORS = (EngineUnavailable, ConnectionError, TimeoutError, OSError)
 
 
-def _done(path: Path) -> set[tuple[str, int]]:
+def item_key(row: dict) -> tuple[str, str, int]:
+    # FlashRAG files all number their questions `test_0`, `test_1`, ...: ids are unique only
+    # within a dataset.
+    return row["dataset"], row["id"], row["seed"]
+
+
+def _done(path: Path) -> set[tuple[str, str, int]]:
     done = set()
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -34,7 +40,7 @@ def _done(path: Path) -> set[tuple[str, int]]:
             except json.JSONDecodeError:
                 continue  # a line cut by a crash
             if row.get("status") == "ok":
-                done.add((row["id"], row["seed"]))
+                done.add(item_key(row))
     return done
 
 
@@ -44,7 +50,12 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "trajectories.jsonl"
     done = _done(path)
-    todo = [(item, seed) for item in items for seed in range(k) if (item["id"], seed) not in done]
+    keys = [(item["dataset"], item["id"]) for item in items]
+    if len(set(keys)) != len(keys):
+        dup = next(key for i, key in enumerate(keys) if key in keys[:i])
+        raise ValueError(f"dataset {dup[0]!r} holds id {dup[1]!r} twice; items must be unique by (dataset, id)")
+    todo = [(item, seed) for item in items for seed in range(k)
+            if (item["dataset"], item["id"], seed) not in done]
     executor = AgentExecutor(config, for_training=False)
     sem = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(todo), desc="eval", unit=" item", disable=not progress)
@@ -86,7 +97,7 @@ def load_rows(out_dir: Path) -> list[dict]:
             continue
     latest = {}
     for row in rows:  # a retried item replaces its failed attempt
-        key = (row["id"], row["seed"])
+        key = item_key(row)
         if key not in latest or row["status"] == "ok":
             latest[key] = row
     return list(latest.values())
@@ -100,9 +111,9 @@ def compute_metrics(rows: list[dict], k: int) -> dict:
     for r in ok:
         groups.setdefault(r["dataset"], []).append(r)
     for name, group in groups.items():
-        by_q: dict[str, list[dict]] = {}
+        by_q: dict[tuple[str, str], list[dict]] = {}
         for r in group:
-            by_q.setdefault(r["id"], []).append(r)
+            by_q.setdefault((r["dataset"], r["id"]), []).append(r)
         names = sorted({m for r in group for m in r["scores"]})
         entry = {m: summarise([[x["scores"].get(m, 0.0) for x in sorted(rs, key=lambda x: x["seed"])]
                                for rs in by_q.values()], k) for m in names}
