@@ -129,3 +129,21 @@ def test_duplicate_ids_within_a_dataset_name_both_lines(tmp_path):
     dup = write_jsonl(tmp_path / "dup.jsonl", GAIA + [dict(FRAMES[0], id="test_1")])
     with pytest.raises(DatasetError, match=r"dup.jsonl: id 'test_1' on line 2 and again on line 3"):
         load_datasets([str(dup)])
+
+
+def test_an_item_the_model_server_refuses_is_recorded_and_the_run_goes_on(tmp_path, model_server):
+    rows = GAIA + [{"id": "test_2", "question": f"Which river {TOO_LONG} crosses Luanda?", "golden_answers": ["Kwanza"]}]
+    data = write_jsonl(tmp_path / "gaia.jsonl", rows)
+    out = tmp_path / "eval"
+    done = run_eval(tmp_path, model_server, out, [data])
+    assert done.returncode == 0, done.stderr[-2000:]
+    by_id = {r["id"]: r for r in rows_of(out)}
+    assert by_id["test_0"]["status"] == by_id["test_1"]["status"] == "ok"
+    refused = by_id["test_2"]
+    assert refused["status"] == "error" and "HTTP 400" in refused["error"] and "maximum context length" in refused["error"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["items_ok"] == 2 and metrics["items_error"] == 1 and metrics["items_failed"] == 0
+    assert metrics["datasets"]["gaia"]["em"]["questions"] == 2  # not scored as wrong
+    assert "1 failed on their own" in (out / "summary.md").read_text()
+    html = (out / "report.html").read_text()
+    assert html.count('class="error"') == 1 and "maximum context length" in html

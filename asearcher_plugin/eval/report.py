@@ -22,10 +22,15 @@ def _metric_rows(metrics: dict):
                 yield dataset, name, m["questions"], m[f"avg@{k}"], m[f"avg@{k}_ci95"], m[f"pass@{k}"], m[f"pass@{k}_ci95"]
 
 
+def _counts(metrics: dict) -> str:
+    return (f"{metrics['items_ok']} items scored, {metrics['items_failed']} failed for infrastructure reasons, "
+            f"{metrics.get('items_error', 0)} failed on their own (neither scored)")
+
+
 def render_markdown(metrics: dict) -> str:
     k = metrics["k"]
     lines = [f"# Evaluation summary (k = {k})", "",
-             f"{metrics['items_ok']} items scored, {metrics['items_failed']} failed for infrastructure reasons (not scored).", "",
+             _counts(metrics) + ".", "",
              f"| dataset | metric | questions | Avg@{k} | 95% CI | Pass@{k} | 95% CI |", "|---|---|---|---|---|---|---|"]
     for d, name, n, avg, avg_ci, pas, pas_ci in _metric_rows(metrics):
         lines.append(f"| {d} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |")
@@ -79,8 +84,9 @@ def render_html(metrics: dict, rows: list[dict]) -> str:
     items = []
     for r in sorted(rows, key=lambda r: (r["dataset"], r["id"], r["seed"])):
         if r["status"] != "ok":
-            items.append(f'<details class="failed"><summary>{html.escape(r["dataset"])}/{html.escape(r["id"])} seed {r["seed"]}: '
-                         f'FAILED ({html.escape(r.get("error", ""))})</summary></details>')
+            cls, what = ("failed", "FAILED") if r["status"] == "failed" else ("error", "ERROR")
+            items.append(f'<details class="{cls}"><summary>{html.escape(r["dataset"])}/{html.escape(r["id"])} seed {r["seed"]}: '
+                         f'{what} ({html.escape(r.get("error", ""))})</summary></details>')
             continue
         s = r["scores"]
         logs = r["logs"]
@@ -97,10 +103,10 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1100px; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; }}
 pre {{ white-space: pre-wrap; padding: 6px; margin: 4px 0; }} pre.model {{ background: #eef4ff; }}
 pre.tool {{ background: #f4f4f4; color: #333; max-height: 18em; overflow: auto; }}
-details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summary {{ color: #b00; }}
+details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summary, details.error summary {{ color: #b00; }}
 </style></head><body>
 <h1>Evaluation report</h1>
-<p>{metrics["items_ok"]} items scored, {metrics["items_failed"]} failed for infrastructure reasons (not scored); k = {k}.</p>
+<p>{html.escape(_counts(metrics))}; k = {k}.</p>
 <table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{k} (95% CI)</th><th>Pass@{k} (95% CI)</th></tr>
 {table}</table>
 <h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">

@@ -3,7 +3,9 @@
 Each finished item is appended to `trajectories.jsonl` at once, so a crash loses only the items in
 flight and a re-run skips every (dataset, id, seed) already done. An item that fails for infrastructure
 reasons (engine or tools unreachable after their retries) is recorded with status `failed` and
-left out of the metrics, never scored as wrong; a re-run tries it again.
+left out of the metrics, never scored as wrong; a re-run tries it again. An item that fails on its
+own (the model server refuses its prompt, a bug met by that question alone) is recorded with status
+`error` and its reason, counted apart from both, and the run goes on; a re-run tries it again too.
 """
 
 from __future__ import annotations
@@ -76,8 +78,10 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
                            tokens=len(result["observation_tokens"] or []))
             except INFRA_ERRORS as exc:
                 row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one bad item must not end a run of thousands
+                row.update(status="error", error=f"{type(exc).__name__}: {exc}")
             row["seconds"] = round(time.perf_counter() - started, 3)
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")  # a stray object in logs must not end the run
             fh.flush()
             bar.update()
 
@@ -105,8 +109,9 @@ def load_rows(out_dir: Path) -> list[dict]:
 
 def compute_metrics(rows: list[dict], k: int) -> dict:
     ok = [r for r in rows if r["status"] == "ok"]
-    failed = [r for r in rows if r["status"] != "ok"]
-    metrics = {"k": k, "items_ok": len(ok), "items_failed": len(failed), "datasets": {}}
+    failed = [r for r in rows if r["status"] == "failed"]
+    errors = [r for r in rows if r["status"] not in ("ok", "failed")]
+    metrics = {"k": k, "items_ok": len(ok), "items_failed": len(failed), "items_error": len(errors), "datasets": {}}
     groups = {"overall": ok}
     for r in ok:
         groups.setdefault(r["dataset"], []).append(r)
