@@ -147,3 +147,22 @@ def test_an_item_the_model_server_refuses_is_recorded_and_the_run_goes_on(tmp_pa
     assert "1 failed on their own" in (out / "summary.md").read_text()
     html = (out / "report.html").read_text()
     assert html.count('class="error"') == 1 and "maximum context length" in html
+
+
+def test_resume_after_a_crash_mid_write_keeps_every_row(tmp_path, model_server):
+    data = write_jsonl(tmp_path / "gaia.jsonl", [*GAIA, dict(FRAMES[0], id="test_2")])
+    out = tmp_path / "eval"
+    assert run_eval(tmp_path, model_server, out, [data]).returncode == 0
+    path = out / "trajectories.jsonl"
+    raw = path.read_bytes()
+    last_start = raw.rstrip(b"\n").rfind(b"\n") + 1
+    path.write_bytes(raw[:last_start + (len(raw) - last_start) // 2])  # the last row cut mid-JSON, no newline
+    cut_id = json.loads(raw[last_start:])["id"]
+
+    again = run_eval(tmp_path, model_server, out, [data])
+    assert again.returncode == 0, again.stderr[-2000:]
+    lines = path.read_text().splitlines()
+    rows = [json.loads(line) for line in lines]  # every line parses
+    assert sorted(r["id"] for r in rows) == ["test_0", "test_1", "test_2"]
+    assert all(r["status"] == "ok" for r in rows) and any(r["id"] == cut_id for r in rows)
+    assert json.loads((out / "metrics.json").read_text())["items_ok"] == 3
