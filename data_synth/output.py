@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from asearcher_plugin.jsonl import drop_cut_tail
+
 from .config import SynthConfig
 from .dedup import NearDuplicates
 
@@ -21,7 +23,7 @@ TRAIN = "train.jsonl"
 def read_jsonl(path: Path) -> list[dict]:
     rows = []
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
@@ -68,6 +70,7 @@ class Output:
                 self.dedup.add(row["id"], row["question"])
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
         self.emitted = len(train)
+        drop_cut_tail(self.dir / ITEMS)
         self._items = open(self.dir / ITEMS, "a", encoding="utf-8")
         self._train = open(self.dir / TRAIN, "a", encoding="utf-8")
 

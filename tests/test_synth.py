@@ -261,3 +261,18 @@ def test_cli_runs_from_a_seed_file_to_a_training_file(kb_server, tmp_path):
     assert "| inject | 4 | 4 | 4 | 4 | 4 | 2 |" in done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1])["emitted"] == 2
     assert len(read_jsonl(tmp_path / "out" / "train.jsonl")) == 2
+
+
+def test_items_file_cut_mid_line_is_not_merged_with_the_next_item(tmp_path):
+    from data_synth.config import SynthConfig
+    from data_synth.output import Output
+
+    done = json.dumps({"seed_id": "s1", "status": "dropped", "variants": []})
+    cut = json.dumps({"seed_id": "s2", "status": "dropped", "variants": []})
+    (tmp_path / "items.jsonl").write_text(done + "\n" + cut[:20])
+    out = Output(tmp_path, SynthConfig())
+    assert out.finished == {"s1"}
+    out.write({"seed_id": "s2", "status": "failed", "variants": []})
+    out.close()
+    rows = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert [r["seed_id"] for r in rows] == ["s1", "s2"]

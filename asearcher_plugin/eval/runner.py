@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ..config import AgentConfig
 from ..engines.openai import EngineUnavailable
 from ..engines.types import SamplingParams
 from ..env import AgentExecutor
+from ..jsonl import drop_cut_tail
 from .metrics import summarise
 
 INFRA_ERRORS = (EngineUnavailable, ConnectionError, TimeoutError, OSError)
@@ -32,34 +32,6 @@ def item_key(row: dict) -> tuple[str, str, int]:
     # FlashRAG files all number their questions `test_0`, `test_1`, ...: ids are unique only
     # within a dataset.
     return row["dataset"], row["id"], row["seed"]
-
-
-def _drop_cut_tail(path: Path) -> None:
-    """Cuts off a last line left without its newline by a crash mid-write.
-
-    Appending after it would merge the next row into it, losing both; the cut row was never
-    complete, so its item is simply run again.
-    """
-    if not path.is_file():
-        return
-    with open(path, "rb+") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        fh.seek(size - 1)
-        if fh.read(1) == b"\n":
-            return
-        end = size
-        while end > 0:
-            start = max(0, end - 65536)
-            fh.seek(start)
-            chunk = fh.read(end - start)
-            nl = chunk.rfind(b"\n")
-            if nl >= 0:
-                fh.truncate(start + nl + 1)
-                return
-            end = start
-        fh.truncate(0)
 
 
 def _done(path: Path) -> set[tuple[str, str, int]]:
@@ -80,7 +52,7 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
                    progress: bool = True) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "trajectories.jsonl"
-    _drop_cut_tail(path)
+    drop_cut_tail(path)
     done = _done(path)
     keys = [(item["dataset"], item["id"]) for item in items]
     if len(set(keys)) != len(keys):
