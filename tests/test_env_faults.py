@@ -249,8 +249,8 @@ def test_malformed_urls_and_bad_redirects_become_feedback(web):
     assert "Luanda" in page["environment_feedback"]
 
 
-@pytest.mark.parametrize("route", ["search-html", "search-list"])
-def test_a_broken_serper_reply_becomes_feedback(web, route):
+def search_through(web, route: str) -> dict:
+    """One search step of the web backend against the local Serper stand-in's `route`."""
     url, config = web
     config.tools.web.serper_url = f"{url}/{route}"
 
@@ -260,21 +260,17 @@ def test_a_broken_serper_reply_becomes_feedback(web, route):
         await box.aclose()
         return result
 
-    result = asyncio.run(run())
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("route", ["search-html", "search-list"])
+def test_a_broken_serper_reply_becomes_feedback(web, route):
+    result = search_through(web, route)
     assert "search failed" in result["environment_feedback"] and result["extra_logs"]["tool_errors"] == 1
 
 
 def test_odd_serper_rows_are_coerced(web):
-    url, config = web
-    config.tools.web.serper_url = f"{url}/search-odd"
-
-    async def run():
-        box = make_toolbox(config)
-        result = await AgentInstance(config, box).step({"action_text": "<search>capital of Angola</search>", "label": "x"})
-        await box.aclose()
-        return result
-
-    result = asyncio.run(run())
+    result = search_through(web, "search-odd")
     assert result["extra_logs"]["tool_errors"] == 0 and "Doc 1(Title: 7)" in result["environment_feedback"]
 
 

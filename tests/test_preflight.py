@@ -6,12 +6,7 @@ import subprocess
 import sys
 
 from asearcher_plugin.config import LocalToolsConfig
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.http_helpers import free_port
 
 
 def build_as_openrlhf(run_config: dict) -> subprocess.CompletedProcess:
