@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
@@ -60,12 +60,45 @@ class JudgeConfig(_Strict):
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = Field(60.0, gt=0)
     retries: int = Field(2, ge=0)
-    cache_dir: Optional[str] = Field(None, description="verdicts cached on disk by (model, question, prediction, golds)")
+    cache_dir: Optional[str] = Field(None, description="verdicts cached on disk by model, prompt and sampling")
+    verdict_format: Literal["verdict", "asearcher"] = Field(
+        "verdict", description='verdict: reply {"verdict", "reason"}; asearcher: ASearcher\'s DefaultJudge, reply '
+        '{"rationale", "judgement": "Correct"|"Incorrect"}, with its prompt, sampling and prediction cut')
+    prompt_template: Optional[str] = Field(
+        None, description="str.format template file with {question}, {golds} or {gt_answer}, {prediction} or "
+        "{pred_answer}; default: the format's template in asearcher_plugin/judge_templates/")
+    # Unset: the verdict format's default (verdict / asearcher).
+    temperature: Optional[float] = Field(None, ge=0, description="default 0.0 / 0.6")
+    top_p: Optional[float] = Field(None, gt=0, le=1, description="not sent when unset")
+    max_tokens: Optional[int] = Field(None, ge=1, description="default 256 / 1024")
+    prediction_max_chars: Optional[int] = Field(None, ge=0, description="prediction cut to this many characters; "
+                                                "0: whole; default 0 / 500")
+    prediction_cut_at: Optional[str] = Field(None, description="prediction cut before the first occurrence of this "
+                                             "string; empty: no cut; default '' / '</'")
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_fields(cls, path: Optional[str]) -> Optional[str]:
+        if path:
+            from .judge import load_template
+
+            load_template(path)
+        return path
+
+
+ASEARCHER_INVALID_WORDS = ["question", "invalid", "appropriate", "valid"]
 
 
 class RewardConfig(_Strict):
     metric: Literal["f1", "em", "asearcher_f1", "cover_em", "substring", "judge"] = "f1"
     format_factor: bool = Field(True, description="multiply the score by 1 if every action was valid, else 0")
+    cjk_char_f1: bool = Field(False, description="F1 over single characters plus digit runs when a gold answer holds "
+                              "a Chinese character (ASearcher's training F1); off: over whitespace-separated words")
+    aug_answer_weight: float = Field(0.0, ge=0, le=1, description="for a label with aug_answer: (1 - w) x "
+                                     "score(answer) + w x max(score(aug_answer), score(answer)); ASearcher: 0.3")
+    invalid_answer_penalty: Optional[float] = Field(None, description="the reward of an answer holding one of "
+                                                    "invalid_answer_words (case-sensitive); ASearcher: -0.5")
+    invalid_answer_words: list[str] = Field(default_factory=lambda: list(ASEARCHER_INVALID_WORDS))
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
 
 

@@ -24,7 +24,7 @@ from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_
                                             invalid_feedback, reasoning_prompt)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
-from asearcher_plugin.reward import METRICS, format_factor, parse_gold, score_all
+from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class AgentInstance(AgentInstanceBase):
 
     async def final_reward(self, label) -> float:
         golds = [scrub(g) for g in parse_gold(label)]
-        self.scores = score_all(self.answer, golds)
+        self.scores = score_all(self.answer, golds, self.config.reward, [scrub(g) for g in parse_aug(label)])
         metric = self.config.reward.metric
         score = self.scores.get(metric, self.scores["f1"])
         if metric == "judge":
@@ -123,7 +123,7 @@ class AgentInstance(AgentInstanceBase):
                 self.scores["judge"] = score = await self._judge(golds, score)
         if self.config.reward.format_factor:
             score *= format_factor(self.invalid, self.answer is not None)
-        return score
+        return invalid_answer_penalty(score, self.answer, self.config.reward)
 
     async def _judge(self, golds: list[str], fallback: float) -> float:
         from asearcher_plugin.judge import JudgeUnavailable, judge

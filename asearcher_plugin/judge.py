@@ -1,34 +1,205 @@
-"""LLM-as-judge through any OpenAI-compatible chat endpoint.
+"""LLM-as-judge through any OpenAI-compatible chat endpoint, in one of two verdict formats.
 
-The judge sees the question, the gold answers and the prediction and replies with JSON
-`{"verdict": "correct" | "incorrect", "reason": "..."}`. Unparseable replies and endpoint errors
-are retried a bounded number of times; after that the caller falls back to F1 and flags it.
+- `verdict` (default): the judge replies `{"verdict": "correct" | "incorrect", "reason": "..."}`.
+- `asearcher`: ASearcher's `DefaultJudge`, so scores compare with its published LLM-as-judge numbers:
+  the reply is `{"rationale": ..., "judgement": "Correct" | "Incorrect"}`, read as ASearcher reads it
+  (the text of a ```json fence, as JSON, else as a Python literal, else by substring), with its
+  sampling (temperature 0.6, 1,024 tokens) and the prediction cut at its first `</`, then to 500 characters.
+
+The prompt is a `str.format` template file (`judge_templates/<format>.txt`, or the user's own). Unparseable
+replies and endpoint errors are retried a bounded number of times; after that the caller falls back to
+F1 and flags it (ASearcher retries forever or scores 0).
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import logging
 import os
 import re
+import string
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import httpx
 import orjson
 
 from .agent.actions import scrub
 
-JUDGE_PROMPT = """You are grading an answer to a question against the gold answers.
-Question: {question}
-Gold answers: {golds}
-Predicted answer: {prediction}
+log = logging.getLogger(__name__)
+TEMPLATE_DIR = Path(__file__).with_name("judge_templates")
+# `gt_answer` and `pred_answer` are ASearcher's names, so its JUDGE_PROMPT text works unchanged as a template.
+FIELDS = {"question": "the question", "golds": "the gold answers", "gt_answer": "the gold answers",
+          "prediction": "the predicted answer", "pred_answer": "the predicted answer"}
 
-The prediction is correct if it means the same as any gold answer (aliases, spelling variants and
-equivalent formats of dates or numbers count; extra hedging or a different entity does not).
-Reply with JSON only: {{"verdict": "correct" or "incorrect", "reason": "<one sentence>"}}"""
+
+@dataclass(frozen=True)
+class FormatDefaults:
+    template: str
+    temperature: float
+    max_tokens: int
+    prediction_max_chars: int  # 0: the whole prediction
+    prediction_cut_at: str  # "": no cut
+
+
+FORMATS = {
+    "verdict": FormatDefaults("verdict.txt", 0.0, 256, 0, ""),
+    "asearcher": FormatDefaults("asearcher.txt", 0.6, 1024, 500, "</"),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    rationale: str = ""
 
 
 class JudgeUnavailable(RuntimeError):
     pass
 
 
+class TemplateError(ValueError):
+    pass
+
+
+def check_template(text: str, source: str) -> str:
+    """`text` if it is a format string naming only known fields, with the question, gold and prediction."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise TemplateError(f"{source}: not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
+    unknown = sorted(n for n in names if n not in FIELDS)
+    if unknown:
+        known = ", ".join("{" + f + "}" for f in FIELDS)
+        shown = ", ".join("{" + n + "}" for n in unknown)
+        raise TemplateError(f"{source}: unknown field(s) {shown}; known fields: {known}")
+    for need in ({"question"}, {"golds", "gt_answer"}, {"prediction", "pred_answer"}):
+        if not names & need:
+            raise TemplateError(f"{source}: the template must use " + " or ".join("{" + n + "}" for n in sorted(need)))
+    try:
+        text.format(**dict.fromkeys(FIELDS, ""))
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise TemplateError(f"{source}: the template does not render: {type(exc).__name__}: {exc}") from None
+    return text
+
+
+@lru_cache(maxsize=32)
+def load_template(path: str) -> str:
+    """A judge prompt template, read verbatim (UTF-8) and checked."""
+    p = Path(path)
+    if not p.is_file():
+        raise TemplateError(f"{path}: judge prompt template not found")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"{path}: cannot read the template: {exc}") from None
+    return check_template(text, str(path))
+
+
+# The default format's prompt; data_synth's grader formats it with question, golds and prediction.
+JUDGE_PROMPT = load_template(str(TEMPLATE_DIR / FORMATS["verdict"].template))
+
+
+@dataclass(frozen=True)
+class Settings:
+    format: str
+    template: str
+    temperature: float
+    top_p: float | None
+    max_tokens: int
+    prediction_max_chars: int
+    prediction_cut_at: str
+
+
+def settings(cfg) -> Settings:
+    """The config's judge settings, each unset one taken from its verdict format's defaults."""
+    fmt = getattr(cfg, "verdict_format", "verdict")
+    base = FORMATS[fmt]
+
+    def pick(name: str, default):
+        value = getattr(cfg, name, None)
+        return default if value is None else value
+
+    path = getattr(cfg, "prompt_template", None) or str(TEMPLATE_DIR / base.template)
+    return Settings(fmt, load_template(path), float(pick("temperature", base.temperature)),
+                    getattr(cfg, "top_p", None), int(pick("max_tokens", base.max_tokens)),
+                    int(pick("prediction_max_chars", base.prediction_max_chars)),
+                    str(pick("prediction_cut_at", base.prediction_cut_at)))
+
+
+def render(question: str, prediction: str, golds: list[str], s: Settings) -> str:
+    if s.prediction_cut_at:
+        prediction = prediction.split(s.prediction_cut_at, 1)[0]
+    if s.prediction_max_chars:
+        prediction = prediction[: s.prediction_max_chars]
+    # ASearcher shows a single gold answer as itself and several as a Python list.
+    shown = golds[0] if s.format == "asearcher" and len(golds) == 1 else str(golds)
+    return s.template.format(question=question, golds=shown, gt_answer=shown, prediction=prediction,
+                             pred_answer=prediction)
+
+
+def parse_verdict_reply(text: str) -> Verdict | None:
+    """The `verdict` format: the first {...} span of the reply as JSON; None without a clear verdict."""
+    match = re.search(r"\{.*\}", text or "", re.S)
+    if not match:
+        return None
+    try:
+        obj = orjson.loads(match.group(0))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    verdict = str(obj.get("verdict", "")).strip().lower()
+    if verdict not in ("correct", "incorrect"):
+        return None
+    return Verdict(verdict == "correct", str(obj.get("reason", "")))
+
+
+def parse_verdict(text: str) -> bool | None:
+    verdict = parse_verdict_reply(text)
+    return None if verdict is None else verdict.correct
+
+
+def parse_asearcher_judgement(text: str) -> Verdict | None:
+    """ASearcher's reading of a reply; None where it would ask again.
+
+    The part after the last ```json (up to the next ```) is read as JSON, else as a Python literal (its
+    own example has a trailing comma). A parsed object without `judgement`, or with any value other than
+    "correct" (case-insensitive), is Incorrect. When nothing parses, the reply's lower-cased text is
+    searched for `"judgement": "incorrect"`, then `"judgement": "correct"` or `"judgement": correct`.
+    """
+    text = text or ""
+    body = text.split("```json")[-1].split("```")[0].strip()
+    obj = None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            obj = parse(body)
+            break
+        except Exception:  # noqa: BLE001 - any failure (syntax, depth, size) means "try the next reading"
+            continue
+    if isinstance(obj, dict):
+        judgement = obj.get("judgement", "")
+        if not isinstance(judgement, str):
+            return None  # ASearcher's `.lower()` fails on it and the judge is asked again
+        return Verdict(judgement.lower() == "correct", str(obj.get("rationale", "")))
+    if obj is not None:
+        # Another literal: ASearcher tests `"judgement" in obj`; a miss is Incorrect, and a hit (or a
+        # number, where the test itself fails) raises there and the judge is asked again.
+        try:
+            return None if "judgement" in obj else Verdict(False)
+        except TypeError:
+            return None
+    lower = text.lower()
+    if '"judgement": "incorrect"' in lower:
+        return Verdict(False)
+    if '"judgement": "correct"' in lower or '"judgement": correct' in lower:
+        return Verdict(True)
+    return None
+
+
+PARSERS = {"verdict": parse_verdict_reply, "asearcher": parse_asearcher_judgement}
 _caches: dict = {}
 
 
@@ -42,48 +213,53 @@ def _cache(cfg):
     return _caches[cfg.cache_dir]
 
 
-def parse_verdict(text: str) -> bool | None:
-    match = re.search(r"\{.*\}", text or "", re.S)
-    if match:
-        try:
-            verdict = str(orjson.loads(match.group(0)).get("verdict", "")).strip().lower()
-        except (orjson.JSONDecodeError, AttributeError):
-            verdict = ""
-        if verdict in ("correct", "incorrect"):
-            return verdict == "correct"
-    return None
-
-
-async def judge(question: str, prediction: str, golds: list[str], cfg, client: httpx.AsyncClient | None = None) -> bool:
-    """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
+async def judge_verdict(question: str, prediction: str, golds: list[str], cfg,
+                        client: httpx.AsyncClient | None = None) -> Verdict:
+    """The judge's verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts."""
     # Lone surrogates (model output, dataset text) can be neither a cache key nor a JSON body.
     question, prediction, golds = scrub(question), scrub(prediction), [scrub(str(g)) for g in golds]
+    s = settings(cfg)
+    prompt = render(question, prediction, golds, s)
     cache = _cache(cfg)
-    key = orjson.dumps([cfg.model, question, prediction, sorted(golds)]).decode()
+    # The rendered prompt stands for format, template, truncation, question, prediction and golds.
+    key = orjson.dumps([cfg.model, s.format, prompt, s.temperature, s.top_p, s.max_tokens]).decode()
     if cache is not None:
         hit = await cache.aget(key)
-        if hit is not None:
-            return bool(hit)
-    verdict = await _ask(question, prediction, golds, cfg, client)
+        if isinstance(hit, dict) and "correct" in hit:
+            return Verdict(bool(hit["correct"]), str(hit.get("rationale", "")))
+    verdict = await _ask(prompt, s, cfg, client)
+    log.debug("judge: %s for %.200r (%s)", "correct" if verdict.correct else "incorrect", prediction,
+              verdict.rationale)
     if cache is not None:
-        await cache.aset(key, verdict)
+        await cache.aset(key, {"correct": verdict.correct, "rationale": verdict.rationale})
     return verdict
 
 
-async def _ask(question: str, prediction: str, golds: list[str], cfg, client: httpx.AsyncClient | None) -> bool:
+async def judge(question: str, prediction: str, golds: list[str], cfg,
+                client: httpx.AsyncClient | None = None) -> bool:
+    """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
+    return (await judge_verdict(question, prediction, golds, cfg, client)).correct
+
+
+async def _ask(prompt: str, s: Settings, cfg, client: httpx.AsyncClient | None) -> Verdict:
     own = client is None
     client = client or httpx.AsyncClient(timeout=cfg.timeout)
     headers = {"Authorization": f"Bearer {os.environ.get(cfg.api_key_env, 'none')}"}
-    body = {"model": cfg.model, "temperature": 0.0, "max_tokens": 256, "messages": [
-        {"role": "user", "content": JUDGE_PROMPT.format(question=question, golds=golds, prediction=prediction)}]}
+    body = {"model": cfg.model, "temperature": s.temperature, "max_tokens": s.max_tokens,
+            "messages": [{"role": "user", "content": prompt}]}
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    parse = PARSERS[s.format]
     errors = []
     try:
         for _ in range(cfg.retries + 1):
             try:
                 resp = await client.post(cfg.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers)
                 resp.raise_for_status()
-                verdict = parse_verdict(resp.json()["choices"][0]["message"]["content"])
-            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:  # TypeError: JSON of another shape
+                content = resp.json()["choices"][0]["message"]["content"]
+                verdict = parse(content if isinstance(content, str) else "")
+            # TypeError: JSON of another shape
+            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             if verdict is not None:

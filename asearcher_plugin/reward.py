@@ -4,6 +4,10 @@ Two normalisations, because the two lineages score differently:
 - SQuAD (`normalize_answer`): lower case, punctuation removed, articles removed. Search-R1's EM.
 - ASearcher (`normalize_text`): every punctuation character becomes a space, no article removal,
   and F1 is computed over *sets* of tokens. ASearcher's training F1.
+
+Options of ASearcher's training reward (`RewardConfig`), each off by default: F1 over characters when
+a gold answer holds Chinese text (`cjk=True`), the blend with `aug_answer` aliases, and the penalty for
+an answer calling the question invalid.
 """
 
 from __future__ import annotations
@@ -53,14 +57,54 @@ def cover_exact_match(pred: str, gold: str | Sequence[str]) -> float:
     return float(any((g := normalize_answer(x).split()) and set(g) <= p for x in _golds(gold)))
 
 
-def f1_score(pred: str, gold: str | Sequence[str]) -> float:
-    """SQuAD token F1 (bag of tokens), best over the gold answers."""
-    return max(_f1(normalize_answer(pred).split(), normalize_answer(g).split(), bag=True) for g in _golds(gold))
+# The ranges ASearcher's `contains_chinese` matches. Its test for supplementary planes never fires in
+# Python 3 (a str holds code points, not surrogate pairs), so Extension B and later are not matched.
+_CJK = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+_CJK_DROP = str.maketrans("", "", "0123456789\uff0c\u3002 ,.-")  # ASCII digits, fullwidth comma, ideographic stop
 
 
-def asearcher_f1(pred: str, gold: str | Sequence[str]) -> float:
-    """ASearcher's training F1: set of tokens after `normalize_text`, best over the gold answers."""
-    return max(_f1(normalize_text(pred).split(), normalize_text(g).split(), bag=False) for g in _golds(gold))
+def has_cjk(text: str) -> bool:
+    return _CJK.search(text) is not None
+
+
+def cjk_tokens(text: str) -> list[str]:
+    """ASearcher's tokens for Chinese text: each run of digits, and every other character but spaces and ，。,.-"""
+    runs, run = [], ""
+    for ch in text:  # str.isdigit, as there (it also takes e.g. "²"); only ASCII digits are dropped below
+        if ch.isdigit():
+            run += ch
+        elif run:
+            runs.append(run)
+            run = ""
+    return runs + ([run] if run else []) + list(text.translate(_CJK_DROP))
+
+
+def _tokens(normalised: str, cjk: bool) -> list[str]:
+    return cjk_tokens(normalised) if cjk else normalised.split()
+
+
+def f1_score(pred: str, gold: str | Sequence[str], cjk: bool = False) -> float:
+    """SQuAD token F1 (bag of tokens), best over the gold answers; `cjk`: characters for a Chinese gold."""
+    best = 0.0
+    for g in _golds(gold):
+        p_norm, g_norm = normalize_answer(pred), normalize_answer(g)
+        chars = cjk and has_cjk(g_norm)
+        best = max(best, _f1(_tokens(p_norm, chars), _tokens(g_norm, chars), bag=True))
+    return best
+
+
+def asearcher_f1(pred: str, gold: str | Sequence[str], cjk: bool = False) -> float:
+    """ASearcher's training F1: set of tokens after `normalize_text`, best over the gold answers.
+
+    With `cjk`, a gold answer holding a Chinese character is compared character by character (digit
+    runs kept whole), as ASearcher's reward does: "北京市" against "北京" is P 2/3, R 1, F1 0.8.
+    """
+    best = 0.0
+    for g in _golds(gold):
+        p_norm, g_norm = normalize_text(pred), normalize_text(g)
+        chars = cjk and has_cjk(g_norm)
+        best = max(best, _f1(_tokens(p_norm, chars), _tokens(g_norm, chars), bag=False))
+    return best
 
 
 def _f1(pred: list[str], gold: list[str], bag: bool) -> float:
@@ -87,10 +131,41 @@ METRICS = {
 }
 
 
-def score_all(pred: str | None, gold: str | Sequence[str]) -> dict[str, float]:
+CJK_AWARE = {"f1", "asearcher_f1"}
+
+
+def score_all(pred: str | None, gold: str | Sequence[str], options=None, aug: Sequence[str] = ()) -> dict[str, float]:
+    """Every metric; `options` (a RewardConfig) switches on the CJK F1 and the `aug` alias blend."""
     if pred is None:
         return {name: 0.0 for name in METRICS}
-    return {name: fn(pred, gold) for name, fn in METRICS.items()}
+    cjk = bool(getattr(options, "cjk_char_f1", False))
+    weight = float(getattr(options, "aug_answer_weight", 0.0))
+    aug = [a for a in aug if str(a).strip()] if weight else []
+
+    def one(name: str, golds) -> float:
+        return METRICS[name](pred, golds, cjk=True) if cjk and name in CJK_AWARE else METRICS[name](pred, golds)
+
+    scores = {}
+    for name in METRICS:
+        score = one(name, gold)
+        if aug:
+            # ASearcher's blend: the aliases can only add to the answer's own score.
+            score = (1 - weight) * score + weight * max(one(name, aug), score)
+        scores[name] = score
+    return scores
+
+
+def invalid_answer_penalty(score: float, answer: str | None, options) -> float:
+    """`options.invalid_answer_penalty` in place of the score when the answer holds one of its words.
+
+    ASearcher gives -0.5 to an answer containing "question", "invalid", "appropriate" or "valid" when the
+    prompt told the model the question is valid, as the asearcher agent's prompt does.
+    """
+    penalty = getattr(options, "invalid_answer_penalty", None)
+    if penalty is None or answer is None:
+        return score
+    words = getattr(options, "invalid_answer_words", ())
+    return float(penalty) if any(w and w in answer for w in words) else score
 
 
 def format_factor(invalid_actions: int, answered: bool) -> float:
@@ -102,21 +177,39 @@ def format_factor(invalid_actions: int, answered: bool) -> float:
     return 1.0 if answered and invalid_actions == 0 else 0.0
 
 
+def parse_aug(label) -> list[str]:
+    """The `aug_answer` aliases of a label given as an object (or its JSON), as in ASearcher's training data."""
+    if isinstance(label, str) and label.strip().startswith("{"):
+        import json
+
+        try:
+            label = json.loads(label)
+        except ValueError:
+            return []
+    if isinstance(label, dict):
+        aug = label.get("aug_answer")
+        if isinstance(aug, (list, tuple)):
+            return [str(x) for x in aug if x is not None]
+        if aug is not None and str(aug).strip():
+            return [str(aug)]
+    return []
+
+
 def parse_gold(label) -> list[str]:
-    """Gold answers from a dataset label: a string, a list, or JSON of either."""
+    """Gold answers from a dataset label: a string, a list, an object with the answers, or JSON of one."""
     import json
 
     if isinstance(label, (list, tuple)):
         return [str(x) for x in label]
     if isinstance(label, str):
         text = label.strip()
-        if text.startswith("["):
+        if text.startswith(("[", "{")):
             try:
                 value = json.loads(text)
-                if isinstance(value, list):
-                    return [str(x) for x in value]
             except ValueError:
-                pass
+                value = None
+            if isinstance(value, (list, dict)):
+                return parse_gold(value)
         return [label]
     if isinstance(label, dict):
         for key in ("golden_answers", "answer", "answers", "target"):
