@@ -6,6 +6,9 @@ import asyncio
 import pytest
 import yaml
 from fastapi import FastAPI
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from asearcher_plugin.config import AgentConfig, ConfigError, JudgeConfig, load_config
 from asearcher_plugin.judge import (JUDGE_PROMPT, JudgeUnavailable, TemplateError, check_template, judge_verdict,
@@ -204,3 +207,10 @@ def test_environment_reward_with_the_asearcher_judge():
     with serve_app(chat_server(["not json"])) as url:
         result = asyncio.run(run(f"{url}/v1"))
     assert result["extra_logs"]["judge_failed"] == 1.0 and result["rewards"].item() == pytest.approx(2 / 3)
+
+
+@settings_h(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list('{}[]()"\':,` \njudgementcorrectJSON1\\')), max_size=200))
+def test_asearcher_parser_never_raises(reply):
+    verdict = parse_asearcher_judgement(reply)
+    assert verdict is None or isinstance(verdict.correct, bool)
