@@ -29,6 +29,8 @@ setup(
         "starlette>=0.36",  # the KB server imports it directly (threadpool, exceptions, responses)
         "uvicorn[standard]>=0.29",
         "httpx>=0.27",
+        "httpcore>=1.0",  # the URL guard's network backend: connections go only to checked addresses
+        "idna>=3.6",  # host names checked and fetched in one IDNA 2008 form
         "tenacity>=8.2",
         "pydantic>=2.5",
         "orjson>=3.9",

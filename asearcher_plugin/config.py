@@ -36,7 +36,9 @@ class WebToolsConfig(_Strict):
     jina_api_key_env: str = "JINA_API_KEY"
     serper_url: str = "https://google.serper.dev/search"
     jina_url: str = "https://r.jina.ai/"
-    timeout: float = Field(30.0, gt=0)
+    timeout: float = Field(30.0, gt=0, description="seconds per connect or read")
+    fetch_deadline: float = Field(60.0, gt=0, description="seconds one search or page access may take in all, "
+                                  "redirects and retries included")
     retries: int = Field(3, ge=0)
     per_host_rps: float = Field(5.0, gt=0, description="requests per second to any one host")
     cache_dir: Optional[str] = Field(None, description="on-disk cache shared by all rollouts on a machine")

@@ -1,10 +1,12 @@
 """Web tools against local HTTP servers speaking Serper's and Jina's wire formats, plus real HTML pages."""
 
 import asyncio
+from urllib.parse import parse_qs
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import (HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response,
+                               StreamingResponse)
 
 from asearcher_plugin.config import ToolsConfig
 from asearcher_plugin.tools.base import ToolError
@@ -59,13 +61,65 @@ def web_app():
     async def missing():
         return PlainTextResponse("no", status_code=404)
 
-    @app.get("/jina/{url:path}")
-    async def jina(url: str, request: Request):
+    @app.get("/drip")
+    async def drip():
+        return StreamingResponse(dribble(b"<html><body>" + b"x" * 1000), media_type="text/html")
+
+    @app.get("/to-bad-port")
+    async def to_bad_port():
+        return RedirectResponse("http://127.0.0.1:99999/x")
+
+    # Raw Location headers: RedirectResponse would percent-encode them.
+    @app.get("/to-bad-ipv6")
+    async def to_bad_ipv6():
+        return Response(status_code=302, headers={"location": "http://[::1/x"})
+
+    @app.get("/to-bad-idn")
+    async def to_bad_idn():
+        return Response(status_code=302, headers={"location": "http://" + "ä" * 70 + ".com/"})
+
+    # Jina Reader: POST the target as the form field `url`; the reply is text with a Title /
+    # URL Source / Markdown Content header.
+    async def jina_target(request: Request) -> str:
         app.state.hits["jina"] += 1
         assert request.headers["authorization"] == "Bearer jina-key"
-        return PlainTextResponse(f"Title: page\n\nMarkdown of {url}")
+        target = parse_qs((await request.body()).decode())["url"][0]
+        app.state.jina_targets.append(target)
+        return target
 
+    @app.post("/jina/")
+    async def jina(request: Request):
+        target = await jina_target(request)
+        return PlainTextResponse(f"Title: page\n\nURL Source: {target}\n\nMarkdown Content:\nMarkdown of {target}")
+
+    @app.post("/jina-drip/")
+    async def jina_drip(request: Request):
+        target = await jina_target(request)
+        return StreamingResponse(dribble(f"Title: page\n\nURL Source: {target}\n\nMarkdown Content:\n".encode()),
+                                 media_type="text/plain")
+
+    @app.post("/jina-endless/")
+    async def jina_endless(request: Request):
+        await jina_target(request)
+
+        async def endless():
+            yield b"Title: page\n\nMarkdown Content:\n"
+            while True:
+                yield b"y" * 10_000
+                await asyncio.sleep(0)
+
+        return StreamingResponse(endless(), media_type="text/plain")
+
+    app.state.jina_targets = []
     return app
+
+
+async def dribble(head: bytes):
+    """`head` at once, then one byte every 0.2 s for a minute: each read is quick, the whole is not."""
+    yield head
+    for _ in range(300):
+        await asyncio.sleep(0.2)
+        yield b"z"
 
 
 @pytest.fixture()
@@ -126,8 +180,11 @@ def test_direct_fetch_cleans_html_and_handles_encodings_retries_and_caps(web):
 def test_jina_reader_is_used_with_a_key(web, monkeypatch):
     url, app, cfg = web
     monkeypatch.setenv("JINA_API_KEY", "jina-key")
-    text = asyncio.run(WebToolBox(cfg).access(f"{url}/page"))
+    target = f"{url}/page?a=1&b=x%20y#/route"
+    text = asyncio.run(WebToolBox(cfg).access(target))
     assert text.startswith("Title: page") and app.state.hits["jina"] == 1
+    # Query and fragment reach the reader whole, not read as the reader's own query or dropped.
+    assert app.state.jina_targets == [target] and f"URL Source: {target}\n" in text
 
 
 def test_url_guard_blocks_internal_targets(web):
@@ -158,3 +215,120 @@ def test_url_guard_blocks_internal_targets(web):
 def test_html_to_markdown_falls_back_when_extraction_finds_nothing():
     md = html_to_markdown("<html><body><table><tr><td>only a cell</td></tr></table></body></html>")
     assert "only a cell" in md
+
+
+# --- a whole fetch has a deadline; Jina bodies are capped ---------------------------------------------
+
+
+def access_error(cfg, target: str) -> str:
+    async def run():
+        box = WebToolBox(cfg)
+        try:
+            await box.access(target)
+        except ToolError as exc:
+            return str(exc)
+        finally:
+            await box.aclose()
+        raise AssertionError(f"{target} did not fail")
+
+    return asyncio.run(run())
+
+
+def test_a_dripping_page_ends_at_the_fetch_deadline(web):
+    """Every read arrives well within `timeout`; only the overall deadline stops the fetch."""
+    url, _, cfg = web
+    cfg.web.timeout, cfg.web.fetch_deadline = 3, 1.5
+    assert access_error(cfg, f"{url}/drip") == "access failed: no complete reply within the 1.5 s deadline"
+
+
+def test_a_dripping_jina_reply_ends_at_the_fetch_deadline(web, monkeypatch):
+    url, app, cfg = web
+    monkeypatch.setenv("JINA_API_KEY", "jina-key")
+    cfg.web.jina_url = f"{url}/jina-drip/"
+    cfg.web.timeout, cfg.web.fetch_deadline = 3, 1.5
+    assert "1.5 s deadline" in access_error(cfg, f"{url}/page")
+    assert app.state.jina_targets == [f"{url}/page"]
+
+
+def test_an_endless_jina_reply_is_capped(web, monkeypatch):
+    url, _, cfg = web
+    monkeypatch.setenv("JINA_API_KEY", "jina-key")
+    cfg.web.jina_url = f"{url}/jina-endless/"
+    cfg.web.fetch_deadline = 600  # the cap, not the deadline, ends this read
+    text = asyncio.run(WebToolBox(cfg).access(f"{url}/page"))
+    assert len(text) == cfg.web.max_page_bytes and text.startswith("Title: page") and text.endswith("y")
+
+
+# --- nothing a model writes raises out of the toolbox or the environment ---------------------------------
+
+BAD_URLS = [
+    "http://[::1",
+    "http://[::1]:99999/",
+    "http://example.org:99999/",
+    "http://example.org:abc/",
+    "http://example.org:0/",
+    "http://" + "ä" * 70 + ".com/",
+    "http://" + "a" * 64 + ".com/",
+    "http://a..b/",
+    "http://x\ud800y.com/",
+    "http://exa mple.org/",
+    "https://exa\x00mple.org/",
+    "http://",
+    "http://:80/",
+    "ftp://example.org/",
+    "\ud800",
+    "http://" + "a." * 200_000,
+]
+BAD_REDIRECTS = ["to-bad-port", "to-bad-ipv6", "to-bad-idn"]
+
+
+def test_malformed_urls_are_tool_errors(web):
+    url, _, cfg = web
+
+    async def run():
+        box = WebToolBox(cfg)
+        errors = []
+        for target in BAD_URLS + [f"{url}/{r}" for r in BAD_REDIRECTS]:
+            with pytest.raises(ToolError) as err:
+                await box.access(target)
+            errors.append(str(err.value))
+        page = await box.access(f"{url}/page")
+        await box.aclose()
+        return errors, page
+
+    errors, page = asyncio.run(run())
+    assert all(e.startswith("access refused: ") for e in errors), errors
+    assert "malformed URL" in errors[0] and "port 0" in errors[4] and "Label too long" in errors[5]
+    assert "99999" in errors[-3] and "malformed redirect" in errors[-2] and "Invalid IDNA" in errors[-1]
+    assert "Luanda" in page  # the toolbox still works after all of them
+
+
+def test_model_written_urls_and_queries_become_feedback_in_step(web):
+    """The same inputs, and lone surrogates in queries (SQLite cache key, Serper's JSON body), through step()."""
+    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.env import AgentInstance
+
+    url, app, cfg = web
+    config = AgentConfig(agent_type="asearcher", max_turns=1000)
+    config.tools = cfg
+
+    async def run():
+        box = WebToolBox(cfg)
+        agent = AgentInstance(config, box)
+        turns = [f"<access>{t}</access>" for t in BAD_URLS + [f"{url}/{r}" for r in BAD_REDIRECTS]]
+        failed = [await agent.step({"action_text": t, "label": "x"}) for t in turns]
+        ok = [await agent.step({"action_text": t, "label": "x"})
+              for t in ("<search>x\ud800y</search>", "<search>x\udfffy</search>", f"<access>{url}/page?q=\udc80</access>")]
+        direct = await box.search("capital \udcff of Angola", 3)  # evaluation and synthesis call the tools directly
+        await box.aclose()
+        return failed, ok, direct
+
+    failed, ok, direct = asyncio.run(run())
+    for i, result in enumerate(failed, 1):
+        assert not result["done"] and result["extra_logs"]["tool_errors"] == i
+        assert "access failed: access refused: " in result["environment_feedback"], result["environment_feedback"]
+    assert "Result 0 for x\ufffdy" in ok[0]["environment_feedback"]
+    assert "Result 0 for x\ufffdy" in ok[1]["environment_feedback"]
+    assert app.state.hits["search"] == 2  # the second x\ufffdy came from the cache; the other is the direct call
+    assert "Luanda" in ok[2]["environment_feedback"] and ok[2]["extra_logs"]["tool_errors"] == len(failed)
+    assert direct and "\ufffd" in direct[0]["title"]

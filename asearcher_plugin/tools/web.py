@@ -1,8 +1,9 @@
 """Web tools: Serper (Google) search, Jina Reader, or a direct fetch turned into clean markdown.
 
 Every call goes through the on-disk cache, a per-host rate limit, and retries with backoff on
-429, 5xx and timeouts. Direct fetches pass the URL guard at every redirect hop and stop reading
-at `max_page_bytes`. Queries and URLs are written by a model: whatever they hold, and whatever
+429, 5xx and timeouts, all within `fetch_deadline` seconds. Page URLs pass the URL guard before
+the cache is read, direct fetches connect only to the addresses the guard checked and are checked
+again at every redirect hop, and bodies (direct or from Jina) stop being read at `max_page_bytes`. Queries and URLs are written by a model: whatever they hold, and whatever
 the services reply, a call returns or raises ToolError. Cache calls and HTML extraction block,
 so they run in worker threads, off the event loop every trajectory of a rollout actor shares.
 """
@@ -20,7 +21,7 @@ from ..agent.actions import scrub
 from .base import ToolBox, ToolError
 from .cache import DiskCache
 from .ratelimit import HostRateLimiter
-from .url_guard import BlockedURL, check_url
+from .url_guard import BlockedURL, PinnedBackend, Target, guard
 
 MAX_REDIRECTS = 5
 
@@ -32,8 +33,14 @@ class _Transient(Exception):
 class WebToolBox(ToolBox):
     def __init__(self, tools_config):
         self.cfg = tools_config.web
-        self.http = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False,
-                                      headers={"User-Agent": "asearcher-plugin/0.1 (+research agent)"})
+        headers = {"User-Agent": "asearcher-plugin/0.1 (+research agent)"}
+        # Serper and Jina are the operator's endpoints; pages are the model's choice and go through
+        # a client that can connect only to addresses the URL guard checked (and takes no proxy
+        # from the environment, which would resolve the host again).
+        self.http = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False, headers=headers)
+        transport, self.pins = pinned_transport()
+        self.pages = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False, headers=headers,
+                                       transport=transport, trust_env=False)
         self.limiter = HostRateLimiter(self.cfg.per_host_rps)
         cache_dir = self.cfg.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "asearcher")
         self.cache = DiskCache(os.path.join(cache_dir, "web.sqlite"))
@@ -41,10 +48,18 @@ class WebToolBox(ToolBox):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+        await self.pages.aclose()
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(stop=stop_after_attempt(self.cfg.retries + 1), reraise=True,
                              wait=wait_random_exponential(multiplier=0.5, max=10), retry=retry_if_exception_type(_Transient))
+
+    async def _within_deadline(self, what: str, call):
+        """`call` bounded in total: httpx's timeout is per read, and a server may send one byte per read."""
+        try:
+            return await asyncio.wait_for(call, self.cfg.fetch_deadline)
+        except asyncio.TimeoutError:
+            raise ToolError(f"{what} failed: no complete reply within the {self.cfg.fetch_deadline:g} s deadline") from None
 
     async def _request(self, method: str, url: str, **kw) -> httpx.Response:
         async for attempt in self._retrying():
@@ -53,15 +68,18 @@ class WebToolBox(ToolBox):
                 try:
                     resp = await self.http.request(method, url, **kw)
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    raise _Transient(f"{type(exc).__name__} for {url}") from None
+                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
                 except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                    raise ToolError(f"{type(exc).__name__} for {url}: {exc}") from None
+                    raise ToolError(f"{type(exc).__name__} for {url[:200]}: {exc}") from None
                 if resp.status_code == 429 or resp.status_code >= 500:
                     raise _Transient(f"HTTP {resp.status_code} from {urlsplit(url).hostname}")
                 return resp
         raise AssertionError("unreachable")
 
     async def search(self, query: str, topk: int) -> list[dict]:
+        return await self._within_deadline("search", self._search(query, topk))
+
+    async def _search(self, query: str, topk: int) -> list[dict]:
         key = os.environ.get(self.cfg.serper_api_key_env)
         if not key:
             raise ToolError(f"web search needs ${self.cfg.serper_api_key_env}")
@@ -82,55 +100,65 @@ class WebToolBox(ToolBox):
         return docs
 
     async def access(self, url: str) -> str | None:
-        url = scrub(url)
-        cached = await self.cache.aget(f"page:{url}")
-        if cached is not None:
-            return cached
+        return await self._within_deadline("access", self._access(scrub(url)))
+
+    async def _access(self, url: str) -> str | None:
         jina = os.environ.get(self.cfg.jina_api_key_env)
         try:
-            await check_url(url, self.allow)
-            text = await (self._jina(url, jina) if jina else self._direct(url))
+            # The guard before the cache: a page cached while a host was allowed must not reach a
+            # config that does not allow it.
+            target = await guard(url, self.allow)
+            cache_key = f"page:{target.url}"
+            cached = await self.cache.aget(cache_key)
+            if cached is not None:
+                return cached
+            text = await (self._jina(target.url, jina) if jina else self._direct(target))
         except BlockedURL as exc:
             raise ToolError(f"access refused: {exc}") from None
         except _Transient as exc:
             raise ToolError(f"access failed after retries: {exc}") from None
         if text is not None:
-            await self.cache.aset(f"page:{url}", text)
+            await self.cache.aset(cache_key, text)
         return text
 
     async def _jina(self, url: str, key: str) -> str | None:
-        resp = await self._request("GET", self.cfg.jina_url + url, headers={"Authorization": f"Bearer {key}"})
+        # Jina Reader takes the target in a POST body; appended to the path, its fragment would be
+        # dropped and its query read as the reader's own.
+        body, resp = await self._fetch_capped(self.http, "POST", self.cfg.jina_url, data={"url": url},
+                                              headers={"Authorization": f"Bearer {key}"})
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
             raise ToolError(f"reader failed: HTTP {resp.status_code}")
-        return resp.text
+        return _decode(body, resp)
 
-    async def _direct(self, url: str) -> str | None:
+    async def _direct(self, target: Target) -> str | None:
         for _ in range(MAX_REDIRECTS + 1):
-            body, resp = await self._fetch_capped(url)
+            self.pins.pin(target)
+            body, resp = await self._fetch_capped(self.pages, "GET", target.url)
             if resp.status_code in (301, 302, 303, 307, 308) and "location" in resp.headers:
                 try:
-                    target = urljoin(url, resp.headers["location"])
+                    hop = urljoin(target.url, resp.headers["location"])
                 except ValueError as exc:
                     raise BlockedURL(f"malformed redirect to {resp.headers['location'][:200]!r}: {exc}") from None
-                url = await check_url(target, self.allow)
+                target = await guard(hop, self.allow)
                 continue
             if resp.status_code == 404:
                 return None
             if resp.status_code != 200:
                 raise ToolError(f"access failed: HTTP {resp.status_code}")
             if _is_html(resp):
-                return await asyncio.to_thread(html_to_markdown, _decode(body, resp), url)
+                return await asyncio.to_thread(html_to_markdown, _decode(body, resp), target.url)
             return _decode(body, resp)
         raise ToolError(f"access failed: more than {MAX_REDIRECTS} redirects")
 
-    async def _fetch_capped(self, url: str) -> tuple[bytes, httpx.Response]:
+    async def _fetch_capped(self, client: httpx.AsyncClient, method: str, url: str, **kw) -> tuple[bytes, httpx.Response]:
+        """The body streamed up to `max_page_bytes` (the rest is never read), with retries."""
         async for attempt in self._retrying():
             with attempt:
                 await self.limiter.wait(urlsplit(url).hostname or "")
                 try:
-                    async with self.http.stream("GET", url) as resp:
+                    async with client.stream(method, url, **kw) as resp:
                         if resp.status_code == 429 or resp.status_code >= 500:
                             raise _Transient(f"HTTP {resp.status_code} from {urlsplit(url).hostname}")
                         chunks, size = [], 0
@@ -140,11 +168,30 @@ class WebToolBox(ToolBox):
                             if size >= self.cfg.max_page_bytes:
                                 break
                         return b"".join(chunks)[: self.cfg.max_page_bytes], resp
+                except httpx.RemoteProtocolError as exc:
+                    # httpx parses a redirect's Location even when it does not follow it; a malformed one
+                    # is the page's fault, and asking again would get the same.
+                    if str(exc).startswith("Invalid URL in location header"):
+                        raise BlockedURL(f"malformed redirect from {url[:200]}: {exc}") from None
+                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    raise _Transient(f"{type(exc).__name__} for {url}") from None
+                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
                 except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                    raise ToolError(f"{type(exc).__name__} for {url}: {exc}") from None
+                    raise ToolError(f"{type(exc).__name__} for {url[:200]}: {exc}") from None
         raise AssertionError("unreachable")
+
+
+def pinned_transport() -> tuple[httpx.AsyncHTTPTransport, PinnedBackend]:
+    """An httpx transport whose connections go only to addresses pinned in the returned backend."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    pool = getattr(transport, "_pool", None)
+    # httpx takes no network backend; its pool hands this attribute to every connection it opens.
+    if not hasattr(pool, "_network_backend"):
+        raise RuntimeError(f"httpx {httpx.__version__} keeps no httpcore pool with a network backend; "
+                           "the URL guard cannot pin addresses")
+    backend = PinnedBackend(pool._network_backend)
+    pool._network_backend = backend
+    return transport, backend
 
 
 def serper_docs(resp: httpx.Response, topk: int) -> list[dict]:
