@@ -8,7 +8,9 @@ so a second resolution by httpx is seen as it would be on a real network.
 
 import asyncio
 import ipaddress
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from unittest import mock
@@ -168,6 +170,47 @@ def test_every_redirect_hop_is_checked(servers, resolver, tmp_path, monkeypatch)
         text = asyncio.run(fetch(toolbox(tmp_path), f"http://start.test:{port}/redirect/{hop}"))
         assert text.startswith("ToolError: access refused"), (hop, text)
     assert len(servers.internal.state.hosts) == before
+
+
+def serve_tls(app, cert, key) -> tuple[uvicorn.Server, int]:
+    with socket.socket() as probe:
+        probe.bind((PUBLIC, 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=PUBLIC, port=port, log_level="warning", access_log=False,
+                                           ssl_certfile=str(cert), ssl_keyfile=str(key)))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("TLS test server did not start")
+        time.sleep(0.02)
+    return server, port
+
+
+def test_https_to_a_pinned_address_verifies_the_name(resolver, tmp_path, monkeypatch):
+    """Connected by address, the TLS handshake still names the host (SNI) and checks its certificate for it."""
+    import certifi
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pinned.test",
+                    "-addext", "subjectAltName=DNS:pinned.test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    monkeypatch.setattr(certifi, "where", lambda: str(cert))  # the only CA httpx trusts in this test
+    monkeypatch.delenv("JINA_API_KEY", raising=False)
+    resolver({"pinned.test": [PUBLIC], "other.test": [PUBLIC]})
+    app = site("tls")
+    server, port = serve_tls(app, cert, key)
+    try:
+        assert asyncio.run(fetch(toolbox(tmp_path), f"https://pinned.test:{port}/x")) == "tls page"
+        assert app.state.hosts == [f"pinned.test:{port}"]
+        # Same address, a name the certificate does not hold: refused by the certificate check.
+        text = asyncio.run(fetch(toolbox(tmp_path), f"https://other.test:{port}/x"))
+        assert text.startswith("ToolError: access failed") and "ConnectError" in text
+        assert app.state.hosts == [f"pinned.test:{port}"]
+    finally:
+        server.should_exit = True
 
 
 # --- IDNA 2003 vs 2008 -----------------------------------------------------------------------------------
