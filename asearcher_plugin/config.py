@@ -148,15 +148,16 @@ class ConfigError(ValueError):
 
 def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigError, label: str | None = None) -> dict:
     """A YAML file whose top level is a mapping; otherwise `error`, naming the file and the problem."""
-    import yaml
+    from .yamlio import YamlInputError, load_yaml
 
     p = Path(path)
     if not p.is_file():
         raise error(f"{label or path}: file not found")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML: {exc}") from None
+        data = read_yaml(p)
+    except YamlInputError as exc:
+        raise error(str(exc)) from None
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise error(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -164,12 +165,26 @@ def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigEr
 
 def parse_assignment(item: str, error: type[Exception] = ConfigError) -> tuple[str, object]:
     """`--set key=value` as (key, value); the value is YAML, so `k=4` gives an int and `urls=[a, b]` a list."""
-    import yaml
+    from .yamlio import YamlInputError, read_yaml
 
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise error(f"--set expects key=value, got {item!r}")
-    return key, yaml.safe_load(raw)
+    try:
+        return key, load_yaml(raw, f"--set {key}")
+    except YamlInputError as exc:
+        raise error(str(exc)) from None
+
+
+def null_sections(data: dict, path, names=("agent", "scheduler")) -> list[str]:
+    """Sections written but left empty (`agent:` with nothing under it, or `agent: null`).
+
+    Refused rather than read as defaults: an empty section is most often one whose fields lost their
+    indentation or were commented out, and training with default settings would go unnoticed.
+    `agent: {}` asks for the defaults explicitly.
+    """
+    return [f"{path}: `{name}:` is empty (null); give its fields, write `{name}: {{}}` for the defaults, "
+            "or remove it" for name in names if name in data and data[name] is None]
 
 
 def set_dotted(node: dict, key: str, value, error: type[Exception] = ConfigError) -> None:
@@ -211,3 +226,5 @@ def load_run_config_env() -> RunConfig:
     except ValueError as exc:
         problem = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
         raise ConfigError(f"{RUN_CONFIG_ENV}: {problem}") from None
+    if problems := null_sections(data, path, ("agent",)):
+        raise ConfigError(problems[0])

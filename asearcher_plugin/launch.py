@@ -19,7 +19,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env, read_yaml_mapping
+from .config import (CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env, null_sections,
+                     read_yaml_mapping)
 from .recipe import load_recipe, openrlhf_argv, run_config
 
 
@@ -126,7 +127,9 @@ def _sections(data: dict, path: str) -> dict:
     unknown = set(data) - {"agent", "scheduler", "description", "resources", "openrlhf"}
     if unknown:
         raise LaunchError(f"{path}: unknown section(s) {sorted(unknown)}; expected agent, scheduler")
-    return {k: data[k] or {} for k in ("agent", "scheduler") if k in data}
+    if problems := null_sections(data, path):
+        raise LaunchError("; ".join(problems))
+    return {k: data[k] for k in ("agent", "scheduler") if k in data}
 
 
 def main(args: list[str] | None = None) -> None:

@@ -18,7 +18,6 @@ from rich.console import Console
 def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: str | None, model: str,
                    tokenizer: str | None, console: Console) -> Path:
     import ray
-    import yaml
 
     from local_retriever.build import build_kb
     from local_retriever.manifest import MANIFEST_FILE
@@ -30,6 +29,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval
     from .rollout import rollout
+    from .yamlio import read_yaml
 
     workdir.mkdir(parents=True, exist_ok=True)
     kb, tiny = workdir / "sample-kb", workdir / "tiny-model"
@@ -50,7 +50,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
             make_tiny_model(tiny)
             console.print(f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)")
 
-        recipe = yaml.safe_load((Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").read_text()) \
+        recipe = read_yaml(Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml") \
             if (Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").is_file() else None
         agent = dict((recipe or {}).get("agent") or {"agent_type": "asearcher", "max_turns": 4, "max_new_tokens_per_turn": 32})
         agent.setdefault("tools", {}).setdefault("local", {})["urls"] = [url]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
-from .config import ConfigError, RunConfig, parse_assignment, set_dotted, validation_problems
+from .config import (ConfigError, RunConfig, null_sections, parse_assignment, read_yaml_mapping, set_dotted,
+                     validation_problems)
 
 
 class RecipeError(ValueError):
@@ -18,14 +18,18 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> dict:
     path = Path(path)
     if not path.is_file():
         raise RecipeError(f"recipe not found: {path}")
-    recipe = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(recipe, dict) or "openrlhf" not in recipe:
+    recipe = read_yaml_mapping(path, RecipeError)
+    if not isinstance(recipe.get("openrlhf"), dict):
         raise RecipeError(f"{path}: a recipe needs an `openrlhf:` section of flags")
+    if problems := null_sections(recipe, path):
+        raise RecipeError("; ".join(problems))
     for item in overrides:
         apply_override(recipe, item)
     unknown = set(recipe) - {"description", "resources", "agent", "scheduler", "openrlhf"}
     if unknown:
         raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}")
+    if problems := null_sections(recipe, "--set"):
+        raise RecipeError("; ".join(problems))
     try:
         config = run_config(recipe)
     except ValidationError as exc:

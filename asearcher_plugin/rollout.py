@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from .config import SchedulerConfig
+from .eval.datasets import text_problem
 from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
 
 
@@ -56,6 +57,8 @@ def load_prompts(path: str | Path, input_key: str, label_key: str) -> list[tuple
             row = json.loads(line)
             if input_key not in row:
                 raise ValueError(f"{path}:{line_no}: no {input_key!r} field (the recipe's data.input_key)")
+            if problem := text_problem(row[input_key], input_key):
+                raise ValueError(f"{path}:{line_no}: {problem}")
             rows.append((row[input_key], row.get(label_key)))
     return rows
 

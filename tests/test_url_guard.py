@@ -15,6 +15,7 @@ import threading
 import time
 from unittest import mock
 
+import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
@@ -319,7 +320,8 @@ ANY_CHAR = st.one_of(st.characters(), SURROGATES, st.sampled_from(list("[]:@%./#
 HOSTS = st.one_of(
     st.text(ANY_CHAR, max_size=30),
     st.sampled_from(["example.org", "faß.test", "EXAMPLE.org.", "a..b", "xn--zz", "[::1", "::1]", "metadata",
-                     "[::ffff:127.0.0.1]", "127.1", "0x7f.0.0.1", "2130706433", "[fe80::1%25eth0]", "_x.test"]),
+                     "[::ffff:127.0.0.1]", "127.1", "0x7f.0.0.1", "2130706433", "[fe80::1%25eth0]", "_x.test",
+                     "evil.test\\@127.0.0.1", "127.0.0.1\\@evil.test", "a.test#@b.test", "u:p@c.test", "a.test\tb"]),
     st.builds(lambda label, n: ".".join([label] * n), st.text(st.sampled_from("aä-ß"), min_size=1, max_size=70),
               st.integers(1, 6)),
     st.ip_addresses().map(lambda ip: f"[{ip}]" if ip.version == 6 else str(ip)),
@@ -378,6 +380,12 @@ def test_guard_property(url, answers, allow):
             str(exc).encode("utf-8")  # the message becomes feedback text: no lone surrogates in it
             return
     assert all(h.isascii() for h in asked)  # only the one normalised form is ever resolved
+    try:
+        fetched = httpx.URL(target.url)
+    except httpx.InvalidURL:  # httpx refuses it before any connection: a ToolError in the toolbox
+        fetched = None
+    if fetched is not None:  # httpx connects to the very host that was checked and pinned
+        assert fetched.raw_host.decode("ascii") == target.host, (url, target)
     if allow and target.host == "example.org":
         return
     assert target.addresses and all(_oracle_global(a) for a in target.addresses), (url, target)

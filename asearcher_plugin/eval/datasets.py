@@ -102,6 +102,8 @@ def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | No
             answers = [answers]
         if not isinstance(answers, list) or not answers:
             raise DatasetError(f"{path}:{line_no}: {a_key!r} must be a string or a non-empty list")
+        if problem := text_problem(row[q_key], q_key) or (f"{a_key!r} holds a null" if None in answers else None):
+            raise DatasetError(f"{path}:{line_no}: {problem}")  # str() would make it the text "None"
         item_id = str(row.get("id", f"{name}_{line_no}"))
         if item_id in seen:
             raise DatasetError(f"{path}: id {item_id!r} on line {seen[item_id]} and again on line {line_no}; "
@@ -112,3 +114,12 @@ def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | No
         if limit and len(out) >= limit:
             break
     return out
+
+
+def text_problem(value, key: str) -> str | None:
+    """Why a row's question field cannot be asked (null, empty, not text), or None when it can."""
+    if value is None:
+        return f"{key!r} is null"
+    if not isinstance(value, str):
+        return f"{key!r} must be a string, got {type(value).__name__}"
+    return f"{key!r} is empty" if not value.strip() else None
