@@ -332,3 +332,17 @@ def test_model_written_urls_and_queries_become_feedback_in_step(web):
     assert app.state.hits["search"] == 2  # the second x\ufffdy came from the cache; the other is the direct call
     assert "Luanda" in ok[2]["environment_feedback"] and ok[2]["extra_logs"]["tool_errors"] == len(failed)
     assert direct and "\ufffd" in direct[0]["title"]
+
+
+def test_the_rate_limiter_forgets_hosts_whose_slot_has_passed():
+    """Hosts are model-chosen: a long run visits millions, and the limiter must not keep them all."""
+    from asearcher_plugin.tools.ratelimit import MAX_HOSTS, HostRateLimiter
+
+    async def run():
+        limiter = HostRateLimiter(1e9)
+        for i in range(3 * MAX_HOSTS):
+            await limiter.wait(f"host-{i}.test")
+        return limiter
+
+    limiter = asyncio.run(run())
+    assert len(limiter._next) <= MAX_HOSTS
