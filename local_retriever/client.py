@@ -1,13 +1,21 @@
 """Async client for one or more knowledge-base servers: balancing, failover, retries.
 
-Requests go to the healthy replica with the fewest requests in flight. A connection error,
-timeout, 429 or 5xx marks that replica down for `cooldown` seconds and the request is retried
-elsewhere with exponential backoff; a 4xx is the caller's mistake and is raised at once.
+Requests go to the healthy replica with the fewest requests in flight. What a failure says decides
+what happens next:
+
+- connection error, timeout, 429, 502, 503, 504, or a reply that is not JSON: the replica cannot serve
+  now. It is marked down for `cooldown` seconds and the request is retried elsewhere with exponential
+  backoff, up to `retries` times.
+- any other 5xx (500): the replica is up, but this request failed on it. It is retried once, on another
+  replica if there is one, and nothing is marked down; a second 500 raises `RetrievalServerError`, so
+  a request that breaks servers cannot put healthy replicas in cooldown.
+- 4xx (other than 429): the request is wrong; `RetrievalRequestError` is raised at once.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter
 from typing import Sequence
@@ -28,14 +36,34 @@ class RetrievalRequestError(RetrievalError):
         self.url, self.status, self.message = url, status, message
 
 
+class RetrievalServerError(RetrievalError):
+    """The request failed with a server error (500) on two replicas, or twice on the only one."""
+
+    def __init__(self, url: str, status: int, message: str):
+        super().__init__(f"{url} answered {status}: {message}")
+        self.url, self.status, self.message = url, status, message
+
+
 class RetrievalUnavailable(RetrievalError):
     """No replica answered after all retries."""
+
+
+_JSON = {"content-type": "application/json"}
+UNAVAILABLE = {429, 502, 503, 504}  # statuses that say the replica cannot serve now, whatever the request
 
 
 class _Retryable(Exception):
     def __init__(self, url: str, reason: str):
         super().__init__(f"{url}: {reason}")
         self.url, self.reason = url, reason
+
+
+class _ServerFault(_Retryable):
+    """A 500: retried once, and the replica stays in rotation."""
+
+    def __init__(self, url: str, status: int, message: str):
+        super().__init__(url, f"HTTP {status}: {message}")
+        self.status, self.message = status, message
 
 
 def parse_urls(urls: str | Sequence[str]) -> list[str]:
@@ -87,8 +115,12 @@ class RetrievalClient:
         return min(order, key=lambda u: self._in_flight[u])
 
     async def _post(self, path: str, payload: dict) -> dict:
+        # ASCII-escaped JSON: a lone surrogate in a query travels as `\ud800` and the server names it in a 422,
+        # where encoding it as UTF-8 (what httpx's `json=` does) would raise here.
+        body = json.dumps(payload, ensure_ascii=True).encode("ascii")
         tried: set[str] = set()
         last: dict[str, str] = {}
+        faults = 0
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self.retries + 1),
@@ -104,30 +136,41 @@ class RetrievalClient:
                             self.counters["failovers"] += 1
                     tried.add(url)
                     try:
-                        return await self._once(url, path, payload)
+                        return await self._once(url, path, body)
+                    except _ServerFault as exc:
+                        self.counters["server_errors"] += 1
+                        faults += 1
+                        if faults > 1:
+                            raise RetrievalServerError(url, exc.status, exc.message) from None
+                        last[url] = exc.reason
+                        raise
                     except _Retryable as exc:
                         last[url] = exc.reason
                         self.errors[url] += 1
                         self._down_until[url] = time.monotonic() + self.cooldown
                         raise
+        except _ServerFault as exc:  # the last attempt allowed ended in a 500
+            raise RetrievalServerError(exc.url, exc.status, exc.message) from None
         except _Retryable:
             detail = "; ".join(f"{u}: {r}" for u, r in last.items())
             raise RetrievalUnavailable(f"no retrieval server answered {path} after {self.retries + 1} attempts ({detail})") from None
         raise AssertionError("unreachable")
 
-    async def _once(self, url: str, path: str, payload: dict) -> dict:
+    async def _once(self, url: str, path: str, body: bytes) -> dict:
         self._in_flight[url] += 1
         self.counters["requests"] += 1
         try:
-            resp = await self._http.post(url + path, json=payload)
+            resp = await self._http.post(url + path, content=body, headers=_JSON)
         except httpx.TimeoutException:
             raise _Retryable(url, "timeout") from None
         except httpx.TransportError as exc:
             raise _Retryable(url, f"{type(exc).__name__}: {exc}") from None
         finally:
             self._in_flight[url] -= 1
-        if resp.status_code == 429 or resp.status_code >= 500:
+        if resp.status_code in UNAVAILABLE:
             raise _Retryable(url, f"HTTP {resp.status_code}")
+        if resp.status_code >= 500:
+            raise _ServerFault(url, resp.status_code, _error_message(resp))
         if resp.status_code >= 400:
             raise RetrievalRequestError(url, resp.status_code, _error_message(resp))
         try:
@@ -148,8 +191,13 @@ class RetrievalClient:
         resp.raise_for_status()
         return resp.json()
 
+    def down(self) -> list[str]:
+        """Replicas in cooldown now."""
+        now = time.monotonic()
+        return [u for u in self.urls if self._down_until[u] > now]
+
     def stats(self) -> dict:
-        return {**self.counters, "errors": dict(self.errors)}
+        return {**self.counters, "errors": dict(self.errors), "down": self.down()}
 
 
 def _error_message(resp: httpx.Response) -> str:
