@@ -148,7 +148,7 @@ class ConfigError(ValueError):
 
 def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigError, label: str | None = None) -> dict:
     """A YAML file whose top level is a mapping; otherwise `error`, naming the file and the problem."""
-    from .yamlio import YamlInputError, load_yaml
+    from .yamlio import YamlInputError, read_yaml
 
     p = Path(path)
     if not p.is_file():
@@ -165,7 +165,7 @@ def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigEr
 
 def parse_assignment(item: str, error: type[Exception] = ConfigError) -> tuple[str, object]:
     """`--set key=value` as (key, value); the value is YAML, so `k=4` gives an int and `urls=[a, b]` a list."""
-    from .yamlio import YamlInputError, read_yaml
+    from .yamlio import YamlInputError, load_yaml
 
     key, sep, raw = item.partition("=")
     if not sep or not key:
@@ -210,6 +210,8 @@ def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
     if not path:
         return AgentConfig()
     data = read_yaml_mapping(path, label=f"{CONFIG_ENV}={path}")
+    if problems := null_sections(data, path, ("agent",)):
+        raise ConfigError(problems[0])
     data = data.get("agent", data)  # a recipe keeps the agent section under `agent:`
     try:
         return AgentConfig.model_validate(data)
@@ -226,5 +228,3 @@ def load_run_config_env() -> RunConfig:
     except ValueError as exc:
         problem = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
         raise ConfigError(f"{RUN_CONFIG_ENV}: {problem}") from None
-    if problems := null_sections(data, path, ("agent",)):
-        raise ConfigError(problems[0])

@@ -176,6 +176,9 @@ class AgentExecutor(AgentExecutorBase):
         return box
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
+            out = await self.execute("(no question in this row)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
+            return {**out, "prompt": prompt, "label": label}
         if self.config.agent_type == "asearcher-reasoning":
             return await self._execute_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         agent = AgentInstance(self.config, self._toolbox())
@@ -253,9 +256,6 @@ class AgentExecutor(AgentExecutorBase):
             done = result["done"]
             history += out.text + (result["environment_feedback"] or "")
         reward = float(result["rewards"].item())
-        if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
-            out = await self.execute("(no question in this row)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
-            return {**out, "prompt": prompt, "label": label}
         logs = {**agent.extra_logs(), "llm_calls": float(calls), "tokens_processed": float(tokens_used), "truncated": 0.0}
         return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
                 "answer": agent.answer, "text": history, "truncated": False, "observation_tokens": None,
