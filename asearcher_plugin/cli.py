@@ -136,7 +136,13 @@ def rollout(
 
 @app.command("eval")
 def eval_cmd(
-    dataset: list[str] = typer.Option(["sample"], "--dataset", help="built-in name (sample) or JSONL/Parquet path; repeatable"),
+    dataset: list[str] = typer.Option(None, "--dataset", help="built-in name (sample) or JSONL/JSON/Parquet path; "
+                                      "repeatable (default: sample, unless --data-dir is given)"),
+    data_dir: str = typer.Option(None, "--data-dir", "--data_dir",
+                                 help="ASearcher's layout: DIR/NAME/{split}.jsonl or .json, one folder per dataset"),
+    data_names: str = typer.Option(None, "--data-names", "--data_names",
+                                   help="with --data-dir: comma-separated folder names, e.g. GAIA,Frames"),
+    split: str = typer.Option("test", help="with --data-dir: the file name inside each dataset folder"),
     out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
     k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
     hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
@@ -158,12 +164,16 @@ def eval_cmd(
     from pathlib import Path
 
     from asearcher_plugin.config import ConfigError, load_config
-    from asearcher_plugin.eval.datasets import DatasetError, load_datasets
+    from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets
     from asearcher_plugin.eval.runner import run_eval
 
+    if bool(data_dir) != bool(data_names):
+        typer.echo("error: --data-dir and --data-names go together", err=True)
+        raise typer.Exit(2)
     try:
         config = load_config(agent_config)
-        items = load_datasets(dataset, question_key, answer_key, limit)
+        named = asearcher_layout(data_dir, data_names, split) if data_dir else []
+        items = load_datasets(dataset or ([] if named else ["sample"]), question_key, answer_key, limit, named)
     except (ConfigError, DatasetError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)

@@ -43,3 +43,13 @@ def test_parquet_with_named_keys(tmp_path):
                    tmp_path / "set.parquet")
     rows = load_dataset(str(tmp_path / "set.parquet"), question_key="prompt", answer_key="target")
     assert [r["golden_answers"] for r in rows] == [["1"], ["2", "II"]] and rows[0]["dataset"] == "set"
+
+
+def test_json_array_and_gt_answers(tmp_path):
+    # ASearcher's `test.json` holds one JSON array; `gt` is its other answer key.
+    path = tmp_path / "frames.json"
+    path.write_text(json.dumps([{"question": "who?", "gt": ["A"]}, {"id": "q2", "question": "what?", "answer": "B"}], indent=1))
+    rows = load_dataset(str(path))
+    assert [(r["id"], r["golden_answers"], r["dataset"]) for r in rows] == [("frames_1", ["A"], "frames"), ("q2", ["B"], "frames")]
+    path.write_text(json.dumps({"question": "who?", "answer": "A"}) + "\n")  # a .json file holding JSONL rows
+    assert load_dataset(str(path))[0]["golden_answers"] == ["A"]

@@ -1,7 +1,12 @@
-"""Evaluation datasets: FlashRAG JSONL, ASearcher's test JSONL, any JSONL/Parquet with named keys, built-ins.
+"""Evaluation datasets: FlashRAG JSONL, ASearcher's test files, any JSONL/JSON/Parquet with named keys, built-ins.
 
 Every item becomes `{"id", "question", "golden_answers": [str], "dataset"}`. A row without the
 question or answer field is an error naming the file and line.
+
+ASearcher's layout (`evaluation/search_eval_async.py`) is `{data_dir}/{name}/{split}.jsonl`, else
+`{split}.json` holding a JSON array; the dataset is named by its folder, the answer is `answer`, else
+`gt`, and a question's id is its 0-based position in the file (ASearcher ignores ids in the rows), so
+per-question results line up with ASearcher's own output files.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from pathlib import Path
 
 BUILTIN = {"sample": "the questions on the bundled Wikipedia sample (local_retriever/data/sample_questions.jsonl)"}
 QUESTION_KEYS = ("question", "input", "query", "prompt")
-ANSWER_KEYS = ("golden_answers", "answer", "answers", "gold", "label")
+ANSWER_KEYS = ("golden_answers", "answer", "gt", "answers", "gold", "label")
 RESERVED = "overall"  # metrics.json's entry over all datasets
 
 
@@ -26,13 +31,32 @@ def load_dataset(spec: str, question_key: str | None = None, answer_key: str | N
     return _rows(path, name or default, question_key, answer_key, limit)
 
 
+def asearcher_layout(data_dir: str | Path, data_names: str, split: str = "test") -> list[tuple[Path, str]]:
+    """(file, dataset name) for ASearcher's `--data_dir DIR --data_names A,B`: `DIR/A/{split}.jsonl` or `.json`."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise DatasetError(f"--data-dir {root} is not a folder")
+    names = [n.strip() for n in data_names.split(",") if n.strip()]
+    if not names:
+        raise DatasetError(f"--data-names {data_names!r} names no dataset; give e.g. GAIA,Frames")
+    out = []
+    for name in names:
+        candidates = [root / name / f"{split}.jsonl", root / name / f"{split}.json"]
+        path = next((c for c in candidates if c.is_file()), None)
+        if path is None:
+            raise DatasetError(f"dataset {name!r}: neither {candidates[0]} nor {candidates[1]} exists")
+        out.append((path, name))
+    return out
+
+
 def load_datasets(specs: list[str], question_key: str | None = None, answer_key: str | None = None,
-                  limit: int | None = None) -> list[dict]:
+                  limit: int | None = None, named: list[tuple[Path, str]] | None = None) -> list[dict]:
     """Items of several datasets, each under a distinct dataset name.
 
     Results are keyed by (dataset, id, seed) and FlashRAG files all use ids like `test_0`, so two
     datasets sharing a name would overwrite each other's items. Files with the same stem are named
-    by their folder instead (`GAIA/test.jsonl`, `Frames/test.jsonl` -> `GAIA`, `Frames`).
+    by their folder instead (`GAIA/test.jsonl`, `Frames/test.jsonl` -> `GAIA`, `Frames`). `named`
+    files (from `asearcher_layout`) keep the name given and ASearcher's positional ids.
     """
     resolved = [(spec, *_resolve(spec)) for spec in specs]
     stems: dict[str, int] = {}
@@ -40,15 +64,17 @@ def load_datasets(specs: list[str], question_key: str | None = None, answer_key:
         stems[stem] = stems.get(stem, 0) + 1
     names: dict[str, Path] = {}
     items = []
-    for spec, path, stem in resolved:
-        name = stem if stems[stem] == 1 else (path.resolve().parent.name or stem)
+    todo = [(path, stem if stems[stem] == 1 else (path.resolve().parent.name or stem), False)
+            for _, path, stem in resolved]
+    todo += [(Path(path), name, True) for path, name in named or []]
+    for path, name, positional in todo:
         if name in names:
             raise DatasetError(f"datasets {names[name]} and {path} would both be named {name!r}; "
                                "give them distinct file or folder names")
         if name == RESERVED:
             raise DatasetError(f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; rename the file")
         names[name] = path
-        items += _rows(path, name, question_key, answer_key, limit)
+        items += _rows(path, name, question_key, answer_key, limit, positional)
     return items
 
 
@@ -65,6 +91,16 @@ def _resolve(spec: str) -> tuple[Path, str]:
 
 
 def _records(path: Path):
+    """(line or item number, row) pairs; a `.json` file may hold one JSON array (ASearcher's `test.json`)."""
+    if path.suffix == ".json" and _starts_with_array(path):
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        if not isinstance(rows, list):
+            raise DatasetError(f"{path}: expected a JSON array of objects")
+        yield from enumerate(rows, 1)
+        return
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -84,7 +120,14 @@ def _records(path: Path):
                 raise DatasetError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
 
 
-def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | None) -> list[dict]:
+def _starts_with_array(path: Path) -> bool:
+    with open(path, encoding="utf-8") as fh:
+        head = fh.read(4096).lstrip("\ufeff \t\r\n")
+    return head.startswith("[")
+
+
+def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | None,
+          positional: bool = False) -> list[dict]:
     out = []
     seen: dict[str, int] = {}
     for line_no, row in _records(path):
@@ -98,13 +141,13 @@ def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | No
         if a_key is None or a_key not in row:
             raise DatasetError(f"{path}:{line_no}: no answer field ({ak or ' / '.join(ANSWER_KEYS)}); set --answer-key")
         answers = row[a_key]
-        if isinstance(answers, str):
-            answers = [answers]
+        if isinstance(answers, (str, int, float)) and not isinstance(answers, bool):
+            answers = [answers]  # GAIA-style numeric answers are kept as their text
         if not isinstance(answers, list) or not answers:
             raise DatasetError(f"{path}:{line_no}: {a_key!r} must be a string or a non-empty list")
         if problem := text_problem(row[q_key], q_key) or (f"{a_key!r} holds a null" if None in answers else None):
             raise DatasetError(f"{path}:{line_no}: {problem}")  # str() would make it the text "None"
-        item_id = str(row.get("id", f"{name}_{line_no}"))
+        item_id = str(len(out)) if positional else str(row.get("id", f"{name}_{line_no}"))
         if item_id in seen:
             raise DatasetError(f"{path}: id {item_id!r} on line {seen[item_id]} and again on line {line_no}; "
                                "ids must be unique within a dataset")

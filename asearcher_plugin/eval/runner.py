@@ -77,7 +77,8 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
                 row.update(status="ok", answer=result["answer"], reward=result["reward"], text=result["text"],
                            truncated=result["truncated"], logs=logs,
                            scores={k_[6:]: v for k_, v in logs.items() if k_.startswith("score_")},
-                           tokens=len(result["observation_tokens"] or []))
+                           tokens=len(result["observation_tokens"] or []),
+                           gen_tokens=sum(b - a for a, b in result["action_ranges"] or []))
             except INFRA_ERRORS as exc:
                 row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             except Exception as exc:  # noqa: BLE001 - one bad item must not end a run of thousands
@@ -90,7 +91,7 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
     with open(path, "a", encoding="utf-8") as fh:
         await asyncio.gather(*(one(item, seed, fh) for item, seed in todo))
     bar.close()
-    write_reports(out_dir, k)
+    write_reports(out_dir, k, aggregate_file_name(config, temperature))
     return out_dir
 
 
@@ -139,12 +140,49 @@ def _dist(values: list[float]) -> dict:
             "max": float(a.max())}
 
 
-def write_reports(out_dir: Path, k: int) -> dict:
+# ASearcher's metric names for ours: its F1 is the set-based one, CEM is cover-EM, MBE the judge's verdict.
+ASEARCHER_METRICS = {"F1": "asearcher_f1", "EM": "em", "CEM": "cover_em", "MBE": "judge"}
+
+
+def aggregate_file_name(config: AgentConfig, temperature: float) -> str:
+    """ASearcher's `aggregate_results_{agent}_{prompt}_{client}_t{T}.json`; the prompt is named by the agent type."""
+    client = "async-search-access" if config.tools.backend == "local" else "async-web-search-access"
+    return f"aggregate_results_{config.agent_type}_{config.agent_type}_{client}_t{temperature:.1f}.json"
+
+
+def asearcher_aggregate(rows: list[dict], k: int) -> dict:
+    """Per dataset, the shape of ASearcher's aggregate file: `num` questions, each metric's mean over every
+    (question, run), `{metric}.Max@{k}` (mean over questions of the best of the first k runs), and the
+    average generated tokens, searches and page accesses per trajectory."""
+    out: dict[str, dict] = {}
+    for name in dict.fromkeys(r["dataset"] for r in rows if r["status"] == "ok"):
+        group = [r for r in rows if r["status"] == "ok" and r["dataset"] == name]
+        by_q: dict[str, list[dict]] = {}
+        for r in sorted(group, key=lambda r: r["seed"]):
+            by_q.setdefault(r["id"], []).append(r)
+        entry: dict = {"num": len(by_q)}
+        for theirs, ours in ASEARCHER_METRICS.items():
+            if not all(ours in r["scores"] for r in group):
+                continue
+            runs = [[r["scores"][ours] for r in rs] for rs in by_q.values()]
+            entry[theirs] = float(np.mean([v for vs in runs for v in vs]))
+            entry[f"{theirs}.Max@{k}"] = float(np.mean([max(vs[:k]) for vs in runs]))
+        if all("gen_tokens" in r for r in group):
+            entry["avg_gen_len"] = float(np.mean([r["gen_tokens"] for r in group]))
+        entry["avg_num_searchs"] = float(np.mean([r["logs"].get("searches", 0.0) for r in group]))
+        entry["avg_num_access"] = float(np.mean([r["logs"].get("accesses", 0.0) for r in group]))
+        out[name] = entry
+    return out
+
+
+def write_reports(out_dir: Path, k: int, aggregate_name: str | None = None) -> dict:
     from .report import render_html, render_markdown
 
     rows = load_rows(out_dir)
     metrics = compute_metrics(rows, k)
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if aggregate_name:
+        (out_dir / aggregate_name).write_text(json.dumps(asearcher_aggregate(rows, k), indent=2, ensure_ascii=False))
     (out_dir / "summary.md").write_text(render_markdown(metrics))
     (out_dir / "report.html").write_text(render_html(metrics, rows), encoding="utf-8")
     return metrics
