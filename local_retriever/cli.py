@@ -28,12 +28,16 @@ def build(
                                            "a MediaWiki dump (.xml/.xml.bz2), or `sample` for the bundled Wikipedia sample"),
     out: Path = typer.Argument(..., help="knowledge-base folder to create"),
     fmt: str = typer.Option("auto", "--format", help="auto | jsonl | xml"),
-    encoder: str = typer.Option(DEFAULT_ENCODER, help="HF model id or path of the dense encoder"),
-    pooling: str = typer.Option("auto", help="auto (from the model folder) | mean | cls"),
+    encoder: str = typer.Option(DEFAULT_ENCODER, help="HF model id or local folder of the dense encoder, or a preset: "
+                                                      "e5-base-v2, e5-small-v2, e5-large-v2"),
+    encoder_preset: str = typer.Option("auto", help="auto (e5 when the model's name says so) | e5 (mean pooling, "
+                                                    "'query: ' / 'passage: ') | none; explicit options below win"),
+    pooling: Optional[str] = typer.Option(None, help="auto (from the model folder) | mean | cls [default: auto, "
+                                                     "mean for e5]"),
     normalize: bool = typer.Option(True, help="L2-normalise embeddings (inner product = cosine)"),
     max_length: int = typer.Option(256, help="encoder max tokens per passage/query"),
-    query_prefix: str = typer.Option("", help="e.g. 'query: ' for e5"),
-    passage_prefix: str = typer.Option("", help="e.g. 'passage: ' for e5"),
+    query_prefix: Optional[str] = typer.Option(None, help="prepended to queries [default: '', 'query: ' for e5]"),
+    passage_prefix: Optional[str] = typer.Option(None, help="prepended to passages [default: '', 'passage: ' for e5]"),
     batch_size: int = typer.Option(32, help="encoder batch size"),
     faiss_factory: str = typer.Option("Flat", help="FAISS factory string: Flat, HNSW32, HNSW32,SQ8, IVF4096,PQ64, ..."),
     dense: bool = typer.Option(True, help="build the dense index"),
@@ -51,8 +55,12 @@ def build(
     from .corpus import MalformedLine
 
     src = _sample_source() if source == "sample" else Path(source)
-    enc = EncoderConfig(model=encoder, pooling=pooling, normalize=normalize, max_length=max_length,
-                        query_prefix=query_prefix, passage_prefix=passage_prefix, batch_size=batch_size)
+    try:
+        enc = EncoderConfig.from_options(encoder, encoder_preset, pooling=pooling, normalize=normalize,
+                                         max_length=max_length, query_prefix=query_prefix,
+                                         passage_prefix=passage_prefix, batch_size=batch_size)
+    except ValueError as exc:  # pydantic's ValidationError is one
+        _fail(str(exc))
     opts = BuildOptions(encoder=enc, faiss_factory=faiss_factory, dense=dense, bm25=bm25, strict=strict,
                         shard_size=shard_size, passage_words=passage_words, import_faiss=import_faiss,
                         pages_jsonl=pages, keep_embeddings=keep_embeddings, force=force)
@@ -79,8 +87,11 @@ def _sample_source() -> Path:
 @app.command()
 def serve(
     kb_dir: Path = typer.Argument(..., help="knowledge-base folder made by `asearcher kb build`"),
-    host: str = typer.Option("127.0.0.1"),
+    host: str = typer.Option("127.0.0.1", help="address to listen on; 0.0.0.0 for every interface (other nodes)"),
     port: int = typer.Option(5005),
+    save_address_to: Optional[Path] = typer.Option(
+        None, "--save-address-to", help="folder to write Host{ip}_IP{port}.txt holding ip:port once serving, as "
+        "ASearcher's clients expect in $RAG_SERVER_ADDR_DIR; removed at shutdown"),
     retriever: str = typer.Option("dense", help="dense | bm25 | hybrid (reciprocal rank fusion)"),
     ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
     nprobe: Optional[int] = typer.Option(None, help="IVF nprobe (recall vs speed)"),
@@ -109,7 +120,14 @@ def serve(
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever}) on http://{host}:{port}")
-    run(kb, host, port, limits, threads)
+    if save_address_to is None:
+        run(kb, host, port, limits, threads)
+        return
+    from .address import AddressFile
+
+    with AddressFile(save_address_to, host, port) as address:
+        console.print(f"address file {address.path} ({address.content}) written once the server answers")
+        run(kb, host, port, limits, threads)
 
 
 @app.command()

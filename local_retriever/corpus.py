@@ -12,7 +12,7 @@ from typing import Iterator
 
 import orjson
 
-from .wikitext import title_to_url
+from .wikitext import title_to_url, url_to_title
 
 
 class MalformedLine(ValueError):
@@ -38,14 +38,23 @@ def join_contents(title: str, text: str) -> str:
 
 
 def normalise_row(row: dict) -> dict:
-    """Adds `contents`, `title`, `text` and `url` to a corpus row, keeping every original field."""
+    """Adds `contents`, `title`, `text` and `url` to a corpus row, keeping every original field.
+
+    The title is the row's own, else the one its Wikipedia URL names (ASearcher's webpages rows are
+    `{url, contents}`), else the first line of `contents` (wiki-18's `"Title"\ntext`).
+    """
     out = dict(row)
     if isinstance(row.get("contents"), str):
-        if isinstance(row.get("title"), str):
+        own = row.get("title") if isinstance(row.get("title"), str) else None
+        if own is None and isinstance(row.get("url"), str):
+            own = url_to_title(row["url"])
+            if own is not None:
+                out["title"] = own
+        if own is not None:
             # A row with its own title may hold text only in `contents`: its first line is the
             # title only when it says so, otherwise it is text and must not be dropped.
             head, text = split_contents(row["contents"])
-            if head != row["title"].strip():
+            if not _same_title(head, own):
                 text = row["contents"].strip()
         else:
             out["title"], text = split_contents(row["contents"])
@@ -55,6 +64,12 @@ def normalise_row(row: dict) -> dict:
     if not out.get("url") and out.get("title"):
         out["url"] = title_to_url(out["title"])
     return out
+
+
+def _same_title(a: str, b: str) -> bool:
+    # Wikipedia titles differ only in case of the first letter and in '_' vs ' '.
+    a, b = (" ".join(t.replace("_", " ").split()) for t in (a, b))
+    return a[:1].upper() + a[1:] == b[:1].upper() + b[1:]
 
 
 def parse_line(raw: bytes, path: Path | str, line_no: int) -> dict:

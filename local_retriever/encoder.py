@@ -8,6 +8,7 @@ KB manifest instead of hidden in a model folder.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Literal
@@ -16,6 +17,12 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+# Short names for `--encoder`; the HF id is what the manifest records.
+PRESET_MODELS = {"e5-small-v2": "intfloat/e5-small-v2", "e5-base-v2": "intfloat/e5-base-v2",
+                 "e5-large-v2": "intfloat/e5-large-v2"}
+# e5 checkpoints by name, as HF ids or as local folders named after them (ASearcher's scripts use
+# `intfloat__e5-base-v2`). The instruct variants take a different query prefix and are left out.
+_E5_NAME = re.compile(r"(?:^|[/_])(?:multilingual-)?e5-(?:small|base|large)(?:-v2)?$", re.I)
 
 
 def default_encoder_path() -> str:
@@ -38,9 +45,27 @@ class EncoderConfig(BaseModel):
         return default_encoder_path() if self.model == DEFAULT_ENCODER else self.model
 
     @classmethod
-    def e5(cls, model: str = "intfloat/e5-base-v2") -> "EncoderConfig":
-        """The encoder of Search-R1's and ASearcher's wiki-18 index."""
-        return cls(model=model, pooling="mean", query_prefix="query: ", passage_prefix="passage: ")
+    def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> "EncoderConfig":
+        """The encoder of Search-R1's and ASearcher's wiki-18 index: mean pooling, `query: ` / `passage: `."""
+        settings = {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: "}
+        return cls(model=model, **{**settings, **kwargs})
+
+    @classmethod
+    def from_options(cls, model: str = DEFAULT_ENCODER, preset: str = "auto", **overrides) -> "EncoderConfig":
+        """A config for `model` (a preset name, HF id or local folder), its family's pooling and prefixes
+        filled in unless given; `preset` is auto (from the model's name), e5 or none. Overrides that are
+        None count as not given."""
+        if preset not in ("auto", "e5", "none"):
+            raise ValueError(f"unknown encoder preset {preset!r}; choose auto, e5 or none")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        model_id = PRESET_MODELS.get(model, model)
+        if preset == "auto":
+            preset = "e5" if is_e5(model) else "none"
+        return cls.e5(model_id, **given) if preset == "e5" else cls(model=model_id, **given)
+
+
+def is_e5(model: str) -> bool:
+    return bool(_E5_NAME.search(model.rstrip("/\\").replace("__", "/")))
 
 
 def _auto_pooling(model_dir: str) -> str:

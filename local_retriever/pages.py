@@ -2,15 +2,25 @@
 
 One read-only connection per thread: SQLite connections are not shareable across threads, and
 the server answers requests from a thread pool.
+
+A Wikipedia URL that is not stored as it is finds its page by title, but only a page of the same
+language: the page's own URL says which Wikipedia it came from (rows without a URL are English, as
+their made-up URL says), so a KB built from English pages answers `de.wikipedia.org/wiki/X` with
+null, not with the English article, while a KB holding German pages serves them. Bare titles carry no
+language and match any page.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .wikitext import title_to_url, url_to_title
+
+_SCHEMELESS_WIKI = re.compile(r"^[\w.-]*wikipedia\.org/", re.I)
 
 PAGES_FILE = "pages.sqlite"
 _SCHEMA = """
@@ -75,13 +85,17 @@ class PageStore:
         if not isinstance(url_or_title, str) or not url_or_title.strip():
             return None
         ref = url_or_title.strip()
+        if _SCHEMELESS_WIKI.match(ref):
+            ref = "https://" + ref
         db = self._conn()
+        lang = None
         if ref.startswith(("http://", "https://")):
+            ref = canonical_url(ref)
             row = db.execute("SELECT url, title, contents FROM pages WHERE url = ?", (ref,)).fetchone()
             if row:
                 return _as_dict(row)
-            title = url_to_title(ref)
-            if title is None:
+            title, lang = url_to_title(ref), wiki_language(ref)
+            if title is None or lang is None:
                 return None
         else:
             title = ref
@@ -89,7 +103,7 @@ class PageStore:
         for _ in range(self.MAX_REDIRECT_HOPS + 1):
             row = db.execute("SELECT url, title, contents FROM pages WHERE key = ?", (key,)).fetchone()
             if row:
-                return _as_dict(row)
+                return _as_dict(row) if lang is None or wiki_language(row[0]) == lang else None
             target = db.execute("SELECT target FROM redirects WHERE key = ?", (key,)).fetchone()
             if not target:
                 return None
@@ -105,6 +119,20 @@ class PageStore:
         picked = random.Random(seed).sample(rowids, min(n, len(rowids)))
         return [_as_dict(db.execute("SELECT url, title, contents FROM pages WHERE rowid = ?", (i,)).fetchone())
                 for i in picked]
+
+
+def canonical_url(url: str) -> str:
+    """ASearcher's page URLs are `.../w/index.php?title=X`; agents also write `.../w/index.php/X`."""
+    return url.replace("index.php/", "index.php?title=", 1)
+
+
+def wiki_language(url: str) -> str | None:
+    """`de` for `https://de.wikipedia.org/...` (and `de.m.`), `en` for the bare or www domain, None off Wikipedia."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host != "wikipedia.org" and not host.endswith(".wikipedia.org"):
+        return None
+    first = host[: -len("wikipedia.org")].split(".")[0]
+    return "en" if first in ("", "www", "m") else first
 
 
 def _as_dict(row) -> dict:

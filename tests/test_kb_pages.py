@@ -101,3 +101,29 @@ def test_pages_file_keeps_every_line(tmp_path):
     assert_lines_in_order(pages[1]["contents"], ["Billy the Kid was an outlaw.", "He was shot in 1881."])
     assert_lines_in_order(pages[2]["contents"], ["Jesse James robbed banks.", "He was shot in 1882."])
     assert_lines_in_order(pages[3]["contents"], ["Sam Bass robbed trains.", "He died in 1878."])
+
+
+def test_urls_in_asearcher_forms_and_languages(tmp_path):
+    # ASearcher's webpages rows: `{url, contents}`, the title named by the index.php URL.
+    src = write_jsonl(tmp_path / "corpus.jsonl", ROWS)
+    pages_file = write_jsonl(tmp_path / "webpages.jsonl", [
+        {"url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
+         "contents": "A town.\nIn Victoria."},
+        {"url": "https://de.wikipedia.org/wiki/Ned_Kelly", "contents": "Ned Kelly war ein Buschräuber."},
+    ])
+    build_kb(src, tmp_path / "kb", opts=BuildOptions(progress=False, dense=False, pages_jsonl=pages_file))
+    refs = ["https://en.wikipedia.org/w/index.php/Beveridge,%20Victoria",  # index.php/ -> index.php?title=
+            "https://en.wikipedia.org/wiki/Beveridge,_Victoria",  # same page by title
+            "en.m.wikipedia.org/wiki/Beveridge,_Victoria",  # no scheme, mobile domain
+            "https://fr.wikipedia.org/wiki/Beveridge,_Victoria",  # an English page is no French one
+            "https://de.wikipedia.org/wiki/Ned_Kelly",  # the KB holds this German page
+            "https://de.wikipedia.org/w/index.php?title=Ned%20Kelly",
+            "https://en.wikipedia.org/wiki/Ned_Kelly",  # the English one is not in the pages file
+            "Beveridge, Victoria",  # a bare title has no language
+            "https://example.org/wiki/Beveridge,_Victoria"]
+    got = access(tmp_path / "kb", refs)
+    assert [p and (p["title"], p["contents"]) for p in got] == [
+        ("Beveridge, Victoria", "A town.\nIn Victoria."), ("Beveridge, Victoria", "A town.\nIn Victoria."),
+        ("Beveridge, Victoria", "A town.\nIn Victoria."), None,
+        ("Ned Kelly", "Ned Kelly war ein Buschräuber."), ("Ned Kelly", "Ned Kelly war ein Buschräuber."),
+        None, ("Beveridge, Victoria", "A town.\nIn Victoria."), None]
