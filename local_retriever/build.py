@@ -2,7 +2,9 @@
 
 Everything is written into `OUT.partial/` and renamed to `OUT` only when complete, so a failed
 build never leaves a folder that looks usable. Re-running the same command after a crash reuses
-the finished stages and embedding shards found in `OUT.partial/`.
+the finished stages (ingest, dense, bm25) and embedding shards found in `OUT.partial/`. A stage is
+finished when its marker `.NAME.stage.json` is there: written last, after the stage's files are
+fsync'd, naming its inputs and each file's size (see manifest.mark_stage).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from tqdm import tqdm
 
 from .corpus import ScanReport, join_contents, normalise_row, scan_jsonl
 from .encoder import EncoderConfig
-from .manifest import MANIFEST_FILE, Manifest
+from .manifest import (MANIFEST_FILE, STAGE_SUFFIX, Manifest, clear_stage, completed_stage, fsync_path, mark_stage,
+                       write_durable)
 from .pages import PAGES_FILE, PageWriter
 from .store import OFFSETS_FILE, OffsetWriter, PassageStore
 
@@ -106,42 +109,44 @@ def build_kb(source: Path, out: Path, fmt: SourceFormat = "auto", opts: BuildOpt
             manifest.encoder = opts.encoder or EncoderConfig()
         elif opts.dense:
             manifest.encoder = opts.encoder or EncoderConfig()
-            _build_dense(store, work, manifest.encoder, opts)
+            _build_dense(store, work, manifest.encoder, opts, stage["fingerprint"])
             manifest.dense_index, manifest.faiss_factory = DENSE_FILE, opts.faiss_factory
         if opts.bm25:
-            if not (work / BM25_DIR / "params.index.json").is_file():
-                from .sparse import build_bm25
-
-                shutil.rmtree(work / BM25_DIR, ignore_errors=True)
-                build_bm25(store.texts(), len(store), work / BM25_DIR, show_progress=opts.progress)
+            _build_bm25(store, work, opts, stage["fingerprint"])
             manifest.bm25_index = BM25_DIR
     finally:
         store.close()
 
+    # A stage left by an earlier run with other options must not ship in this KB.
+    if manifest.dense_index != DENSE_FILE:
+        clear_stage(work, "dense")
+        (work / DENSE_FILE).unlink(missing_ok=True)
+    if not opts.bm25:
+        clear_stage(work, "bm25")
+        shutil.rmtree(work / BM25_DIR, ignore_errors=True)
     if not opts.keep_embeddings:
         shutil.rmtree(work / "emb", ignore_errors=True)
     manifest.build_seconds = round(time.time() - started, 1)
     manifest.save(work)
-    (work / _INGEST_MARK).unlink()
     if out.exists():
         shutil.rmtree(out)
     os.replace(work, out)
+    fsync_path(out.parent)  # the rename itself reaches the disk before success is reported
+    # The markers go only after the rename: a crash before it must still find every stage done.
+    for mark in out.glob("*" + STAGE_SUFFIX):
+        mark.unlink()
     return manifest, report
-
-
-_INGEST_MARK = ".ingested.json"
 
 
 def _ingest(source: Path, fmt: str, work: Path, opts: BuildOptions) -> dict:
     """Writes offsets (and for XML the passages) plus the page store; skipped when already done."""
-    stat = source.stat()
-    fingerprint = {"source": str(source), "size": stat.st_size, "mtime": stat.st_mtime, "format": fmt,
-                   "words": opts.passage_words, "pages": str(opts.pages_jsonl or "")}
-    mark = work / _INGEST_MARK
-    if mark.is_file():
-        done = json.loads(mark.read_text())
-        if done.get("fingerprint") == fingerprint:
-            return done
+    fingerprint = {"source": _file_id(source), "format": fmt, "words": opts.passage_words,
+                   "pages": _file_id(Path(opts.pages_jsonl)) if opts.pages_jsonl else None}
+    done = completed_stage(work, "ingest", fingerprint)
+    if done:
+        return {**done["result"], "fingerprint": fingerprint}
+    for name in ("ingest", "dense", "bm25"):
+        clear_stage(work, name)
     for name in (PASSAGES_FILE, OFFSETS_FILE, PAGES_FILE):
         (work / name).unlink(missing_ok=True)
     shutil.rmtree(work / "emb", ignore_errors=True)
@@ -159,10 +164,17 @@ def _ingest(source: Path, fmt: str, work: Path, opts: BuildOptions) -> dict:
     finally:
         offsets.close()
         pages.close()
-    done = {"fingerprint": fingerprint, "passages": offsets.count, "pages": pages.pages,
-            "redirects": pages.redirects, "skipped": report.skipped, "errors": report.errors}
-    mark.write_text(json.dumps(done))
-    return done
+    done = {"passages": offsets.count, "pages": pages.pages, "redirects": pages.redirects,
+            "skipped": report.skipped, "errors": report.errors}
+    outputs = [OFFSETS_FILE, PAGES_FILE] + ([PASSAGES_FILE] if fmt == "xml" else [])
+    mark_stage(work, "ingest", fingerprint, outputs, done)
+    return {**done, "fingerprint": fingerprint}
+
+
+def _file_id(path: Path) -> dict:
+    """What tells a changed input file apart: a corpus edited between two runs is ingested again."""
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime}
 
 
 def _ingest_xml(source: Path, passages_path: Path, offsets: OffsetWriter, pages: PageWriter, opts: BuildOptions) -> None:
@@ -215,19 +227,28 @@ def _ingest_jsonl(source: Path, offsets: OffsetWriter, pages: PageWriter, report
             pages.add_page(row["title"], row["text"], row["url"])
 
 
-def _build_dense(store: PassageStore, work: Path, encoder_cfg: EncoderConfig, opts: BuildOptions) -> None:
+def _build_dense(store: PassageStore, work: Path, encoder_cfg: EncoderConfig, opts: BuildOptions,
+                 corpus_fp: dict) -> None:
     from .dense import build_index, encode_shards, write_index
     from .encoder import Encoder
 
-    if (work / DENSE_FILE).is_file():
+    shards_fp = {"corpus": corpus_fp, "encoder": encoder_cfg.model_dump(), "passages": len(store),
+                 "shard_size": opts.shard_size}
+    fingerprint = {**shards_fp, "factory": opts.faiss_factory}
+    if completed_stage(work, "dense", fingerprint):
         return
+    clear_stage(work, "dense")
+    (work / DENSE_FILE).unlink(missing_ok=True)
     shard_dir = work / "emb"
-    fingerprint = {"encoder": encoder_cfg.model_dump(), "passages": len(store), "shard_size": opts.shard_size}
     fp_path = shard_dir / "fingerprint.json"
-    if fp_path.is_file() and json.loads(fp_path.read_text()) != fingerprint:
-        shutil.rmtree(shard_dir)
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    fp_path.write_text(json.dumps(fingerprint))
+    try:
+        stale = json.loads(fp_path.read_text()) != json.loads(json.dumps(shards_fp))
+    except (OSError, ValueError):
+        stale = True
+    if stale:
+        shutil.rmtree(shard_dir, ignore_errors=True)
+        shard_dir.mkdir(parents=True)
+        write_durable(fp_path, json.dumps(shards_fp).encode())
 
     encoder = Encoder(encoder_cfg)
     bar = tqdm(total=len(store), desc="encoding", unit=" passage", disable=not opts.progress)
@@ -241,6 +262,21 @@ def _build_dense(store: PassageStore, work: Path, encoder_cfg: EncoderConfig, op
     )
     bar.close()
     write_index(build_index(shards, opts.faiss_factory), work / DENSE_FILE)
+    mark_stage(work, "dense", fingerprint, [DENSE_FILE])
+
+
+def _build_bm25(store: PassageStore, work: Path, opts: BuildOptions, corpus_fp: dict) -> None:
+    # bm25s writes its index files one by one and the tokenizer files after them: no single file
+    # tells that the folder is whole, only the stage marker written after all of them does.
+    fingerprint = {"corpus": corpus_fp, "passages": len(store)}
+    if completed_stage(work, "bm25", fingerprint):
+        return
+    from .sparse import build_bm25
+
+    clear_stage(work, "bm25")
+    shutil.rmtree(work / BM25_DIR, ignore_errors=True)
+    build_bm25(store.texts(), len(store), work / BM25_DIR, show_progress=opts.progress)
+    mark_stage(work, "bm25", fingerprint, [BM25_DIR])
 
 
 def _import_faiss(path: Path, passages: int) -> tuple[str, str]:

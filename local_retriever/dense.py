@@ -39,7 +39,7 @@ def encode_shards(
     for k, (start, stop) in enumerate(shard_ranges(n, shard_size)):
         path = shard_dir / SHARD_PATTERN.format(k)
         paths.append(path)
-        if path.exists() and np.load(path, mmap_mode="r").shape[0] == stop - start:
+        if _rows(path) == stop - start:
             on_progress(stop - start)
             continue
         chunk: list[str] = []
@@ -54,9 +54,20 @@ def encode_shards(
             parts.append(encode(chunk))
             on_progress(len(chunk))
         tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, np.concatenate(parts).astype(np.float32))
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.concatenate(parts).astype(np.float32))
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     return paths
+
+
+def _rows(path: Path) -> int:
+    """Rows of a finished shard, -1 if it is missing or unreadable (e.g. cut by a power loss)."""
+    try:
+        return np.load(path, mmap_mode="r").shape[0]
+    except (OSError, ValueError):
+        return -1
 
 
 def build_index(shards: list[Path], factory: str, metric: str = "ip", train_size: int = 262_144) -> faiss.Index:
@@ -98,6 +109,11 @@ def _training_sample(shards: list[Path], size: int) -> np.ndarray:
 def write_index(index: faiss.Index, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     faiss.write_index(index, str(tmp))
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -29,7 +31,7 @@ class Manifest(BaseModel):
     build_seconds: float = 0.0
 
     def save(self, kb_dir: Path) -> None:
-        (Path(kb_dir) / MANIFEST_FILE).write_text(self.model_dump_json(indent=2))
+        write_durable(Path(kb_dir) / MANIFEST_FILE, self.model_dump_json(indent=2).encode())
 
     @classmethod
     def load(cls, kb_dir: Path) -> "Manifest":
@@ -41,3 +43,70 @@ class Manifest(BaseModel):
     def corpus_path(self, kb_dir: Path) -> Path:
         p = Path(self.corpus)
         return p if p.is_absolute() else Path(kb_dir) / p
+
+
+
+# Build stages. A stage is complete only when its marker exists, and the marker is written last,
+# after every file of the stage is fsync'd; it records the inputs (fingerprint) and the size of
+# each file, so a stage whose inputs changed or whose files went missing is built again.
+STAGE_SUFFIX = ".stage.json"
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durable(path: Path, data: bytes) -> None:
+    """Writes `path` so that a crash leaves either the old file or the whole new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def stage_path(work: Path, name: str) -> Path:
+    return Path(work) / f".{name}{STAGE_SUFFIX}"
+
+
+def mark_stage(work: Path, name: str, fingerprint: dict, outputs: list[str], result: dict | None = None) -> dict:
+    """Records stage `name` as complete; `outputs` are files or folders relative to `work`."""
+    work = Path(work)
+    files = {}
+    for rel in outputs:
+        top = work / rel
+        for f in sorted(top.rglob("*")) if top.is_dir() else [top]:
+            if f.is_file():
+                fsync_path(f)
+                files[f.relative_to(work).as_posix()] = f.stat().st_size
+        fsync_path(top if top.is_dir() else top.parent)
+    record = {"stage": name, "fingerprint": fingerprint, "files": files, "result": result or {}}
+    write_durable(stage_path(work, name), json.dumps(record, indent=1).encode())
+    return record
+
+
+def completed_stage(work: Path, name: str, fingerprint: dict) -> dict | None:
+    """The record of stage `name` if it completed for these inputs and its files are all still there."""
+    work = Path(work)
+    try:
+        record = json.loads(stage_path(work, name).read_text())
+    except (OSError, ValueError):
+        return None
+    fingerprint = json.loads(json.dumps(fingerprint))  # compared as stored: tuples become lists
+    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint or not record.get("files"):
+        return None
+    for rel, size in record["files"].items():
+        f = work / rel
+        if not f.is_file() or f.stat().st_size != size:
+            return None
+    return record
+
+
+def clear_stage(work: Path, name: str) -> None:
+    stage_path(work, name).unlink(missing_ok=True)
