@@ -389,3 +389,21 @@ def test_guard_property(url, answers, allow):
     if allow and target.host == "example.org":
         return
     assert target.addresses and all(_oracle_global(a) for a in target.addresses), (url, target)
+
+
+def test_the_page_client_connects_to_no_unchecked_host(servers, tmp_path):
+    """Defence in depth: a request that skipped the guard finds no address to connect to."""
+    from asearcher_plugin.tools.url_guard import MAX_PINS, Target
+
+    async def run():
+        box = toolbox(tmp_path)
+        try:
+            with pytest.raises(httpx.ConnectError, match="not checked by the URL guard"):
+                await box.pages.get(f"http://{INTERNAL}:{servers.port}/x")
+            for i in range(MAX_PINS + 10):
+                box.pins.pin(Target(f"http://h{i}.test/", f"h{i}.test", (PUBLIC,)))
+            return len(box.pins.pins), "h0.test" in box.pins.pins
+        finally:
+            await box.aclose()
+
+    assert asyncio.run(run()) == (MAX_PINS, False)  # bounded: the oldest pins go first
