@@ -177,7 +177,7 @@ class AgentExecutor(AgentExecutorBase):
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
-            out = await self.execute("(no question in this row)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
+            out = await self.execute("(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
             return {**out, "prompt": prompt, "label": label}
         if self.config.agent_type == "asearcher-reasoning":
             return await self._execute_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
