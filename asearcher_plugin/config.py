@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
@@ -52,6 +52,10 @@ class ToolsConfig(_Strict):
     max_doc_chars: int = Field(1500, ge=50, description="characters of each search result shown")
     page_chunk_chars: int = Field(5000, ge=200, description="an accessed page is read in chunks of this size")
     max_page_chunks: int = Field(10, ge=1)
+    observation_format: Literal["native", "asearcher"] = Field(
+        "native", description="native: results and page parts as above; asearcher: ASearcher's exact blocks (5,000 "
+        "characters per document, a page read whole in 25,000-character chunks, one per call, each summarised by the "
+        "model in <think>); max_doc_chars, page_chunk_chars and max_page_chunks then do not apply")
     local: LocalToolsConfig = Field(default_factory=LocalToolsConfig)
     web: WebToolsConfig = Field(default_factory=WebToolsConfig)
 
@@ -111,8 +115,31 @@ class AgentConfig(_Strict):
     wrap_prompt: bool = Field(True, description="wrap the dataset question in the agent's prompt template")
     feedback_style: Literal["information", "chat"] = Field(
         "information", description="tool output inline as <information> (base models) or as a user turn in the chat template")
+    prompt_template: Optional[str] = Field(
+        None, description="a prompt template file of your own (fields: {question}, {current_date}, and {history} for "
+        "asearcher-reasoning); default: the packaged template of agent_type")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    @field_validator("prompt_template")
+    @classmethod
+    def _template_fits_agent_type(cls, path: Optional[str], info: ValidationInfo) -> Optional[str]:
+        """Read and checked at load: an unknown field would otherwise fail in the middle of a rollout."""
+        if path is None or "agent_type" not in info.data:
+            return path
+        from asearcher_plugin.agent.prompts import read_template
+
+        path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
+        read_template(path, info.data["agent_type"])  # TemplateError is a ValueError: reported with the field
+        return path
+
+    @field_validator("tools")
+    @classmethod
+    def _asearcher_blocks_are_inline(cls, tools: ToolsConfig, info: ValidationInfo) -> ToolsConfig:
+        if tools.observation_format == "asearcher" and info.data.get("feedback_style") == "chat":
+            raise ValueError("observation_format 'asearcher' writes tool output inline in the transcript, as ASearcher "
+                             "does; it needs feedback_style 'information', not 'chat'")
+        return tools
 
 
 class SchedulerConfig(_Strict):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from pathlib import Path
 
 try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not installed (eval, synthesis)
@@ -19,15 +20,21 @@ try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not ins
 except ImportError:  # pragma: no cover - exercised on installs without the [train] extra
     from asearcher_plugin.agent.bases import AgentExecutorBase, AgentInstanceBase
 
+from asearcher_plugin.agent import observations as asearcher_format
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action, scrub
 from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_feedback, chat_prompt, format_docs, information,
-                                            invalid_feedback, reasoning_prompt)
+                                            invalid_feedback, reasoning_prompt, template_for)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
 
 log = logging.getLogger(__name__)
+
+
+# Blocks waiting to be shown (ASearcher's queue holds 128): a model that opens pages in its summary turns
+# cannot pile up page text without bound.
+MAX_PENDING_BLOCKS = 128
 
 
 def _tensor(value: float):
@@ -48,6 +55,12 @@ class AgentInstance(AgentInstanceBase):
         self.answer: str | None = None
         self.ended_without_action = False
         self.page_cursor: dict[str, int] = {}
+        self.template = template_for(self.config.agent_type, self.config.prompt_template)
+        # observation_format asearcher: tool output waits here as blocks, shown one per call, each followed by a
+        # summary turn that ends at </think> (ASearcher's summary jobs).
+        self.asearcher_format = self.config.tools.observation_format == "asearcher"
+        self.blocks: deque[asearcher_format.Block] = deque()
+        self.summarising = False
         # Every metric's key from the start, whatever happens later: OpenRLHF batches the extra_logs
         # of a batch's samples key by key and fails when one sample lacks a key the others have.
         self.scores: dict[str, float] = dict.fromkeys(METRICS, 0.0)
@@ -56,11 +69,22 @@ class AgentInstance(AgentInstanceBase):
 
     async def reset(self, states: dict, **kwargs) -> dict:
         question = self.question = scrub(states["observation"])
-        observation = build_prompt(self.config.agent_type, question) if self.config.wrap_prompt else question
+        observation = build_prompt(self.config.agent_type, question, self.template) if self.config.wrap_prompt else question
         return {"observation": observation, "label": states.get("label")}
 
+    @property
+    def stop(self) -> list[str]:
+        """Where the next turn ends: at the summary's </think> right after a block, else at an action's closing tag."""
+        return list(asearcher_format.SUMMARY_STOP if self.summarising else STOP_STRINGS)
+
     async def step(self, states: dict, **kwargs) -> dict:
-        """One turn. `states["ended"]` says the model's turn ended with EOS: without an action it ends the trajectory."""
+        """One turn. `states["ended"]` says the model's turn ended with EOS: without an action it ends the trajectory.
+
+        The result's `environment_feedback` is what the next call sees; `feedback_short` is what later
+        calls see in its place (the same text, except for ASearcher-format page chunks).
+        """
+        if self.asearcher_format:
+            return await self._step_asearcher(states)
         self.turns += 1
         action = parse_action(states.get("action_text") or "", self.allowed)
         feedback, done = "", False
@@ -75,9 +99,58 @@ class AgentInstance(AgentInstanceBase):
             feedback = await self._run_tool(action.kind, action.argument)
         if not done and self.turns >= self.config.max_turns:
             done = True
+        return await self._result(states, feedback, feedback, done)
+
+    async def _result(self, states: dict, feedback: str, short: str, done: bool) -> dict:
         reward = await self.final_reward(states.get("label")) if done else 0.0
         return {"rewards": _tensor(reward), "scores": _tensor(reward), "environment_feedback": "" if done else scrub(feedback),
-                "done": done, "extra_logs": self.extra_logs()}
+                "feedback_short": "" if done else scrub(short), "done": done, "extra_logs": self.extra_logs()}
+
+    async def _step_asearcher(self, states: dict) -> dict:
+        """ASearcher's loop: a turn without an action gets no text back (the next call continues the transcript),
+        and a summary turn without one is what a summary turn should be."""
+        summary_turn, self.summarising = self.summarising, False
+        self.turns += 1
+        action = parse_action(states.get("action_text") or "", self.allowed)
+        done = False
+        if action.kind == "invalid":
+            if not summary_turn:
+                self.invalid += 1
+            if states.get("ended"):
+                self.ended_without_action = done = True
+        elif action.kind == "answer":
+            self.answer, done = action.argument, True
+        else:
+            for block in await self._run_tool_asearcher(action.kind, action.argument):
+                if len(self.blocks) < MAX_PENDING_BLOCKS:
+                    self.blocks.append(block)
+        if not done and self.turns >= self.config.max_turns:
+            done = True
+        feedback = short = ""
+        if not done and self.blocks:
+            block = self.blocks.popleft()
+            feedback, short = asearcher_format.injected(block.text), asearcher_format.injected(block.short)
+            self.summarising = True
+        return await self._result(states, feedback, short, done)
+
+    async def _run_tool_asearcher(self, kind: str, argument: str) -> list:
+        started = time.perf_counter()
+        try:
+            if kind == "search":
+                self.searches += 1
+                return [asearcher_format.search_block(await self.toolbox.search(argument, self.config.tools.topk),
+                                                      self.config.tools.topk)]
+            self.accesses += 1
+            return asearcher_format.page_blocks(await self.toolbox.access(argument))
+        except (ToolError, asyncio.TimeoutError, OSError) as exc:
+            self.tool_errors += 1
+            return [asearcher_format.failure_block(f"{kind} failed: {exc or type(exc).__name__}")]
+        except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
+            self.tool_errors += 1
+            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc)
+            return [asearcher_format.failure_block(f"{kind} failed: {type(exc).__name__}")]
+        finally:
+            self.tool_seconds += time.perf_counter() - started
 
     async def _run_tool(self, kind: str, argument: str) -> str:
         started = time.perf_counter()
@@ -166,6 +239,10 @@ class AgentExecutor(AgentExecutorBase):
             # score it. It serves evaluation and synthesis (for_training=False).
             raise ConfigError("agent_type 'asearcher-reasoning' rebuilds its prompt each call and cannot be trained "
                               "through OpenRLHF; use 'asearcher' or 'search-r1' for training")
+        # ASearcher shows a page chunk whole to the one call after it and only its stub to later calls.
+        # That changes the context of tokens already generated, so it is done only where no training
+        # sequence is built (evaluation, synthesis); a training sequence keeps every chunk whole.
+        self.stub_blocks = not for_training and self.config.tools.observation_format == "asearcher"
         self._toolboxes: dict[int, object] = {}  # one per event loop: HTTP clients are loop-bound
 
     def _toolbox(self):
@@ -194,13 +271,14 @@ class AgentExecutor(AgentExecutorBase):
         eos_id = getattr(hf_tokenizer, "eos_token_id", None)
         texts = [observation]  # joined once at the end: concatenating every turn is quadratic in the trajectory
         action_ranges, truncated, done, reward, result = [], False, False, 0.0, {}
+        shown = None  # (token span, short ids, index in texts, short text) of a block to stub after this call
         first_call_at = last_token_at = None  # wall clock, mapped to policy versions by the scheduler
         while not done:
             budget = max_length - len(tokens)
             if budget <= 0:
                 truncated = True
                 break
-            params = with_overrides(sampling_params, max_tokens=min(cap, budget), stop=list(STOP_STRINGS),
+            params = with_overrides(sampling_params, max_tokens=min(cap, budget), stop=agent.stop,
                                     include_stop_str_in_output=True)
             first_call_at = first_call_at or time.time()
             out = (await llm_engine.generate(tokens, params)).outputs[0]
@@ -211,11 +289,14 @@ class AgentExecutor(AgentExecutorBase):
                 logprobs += [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs or [])]
                 logprobs += [0.0] * (len(tokens) - len(logprobs))
             texts.append(out.text)
+            if shown is not None:
+                tokens, logprobs = stub_block(shown, tokens, logprobs, action_ranges, texts)
+                shown = None
             if out.finish_reason == "length" and len(tokens) >= max_length:
                 truncated = True
                 break
             result = await agent.step({"action_text": out.text, "label": label, "sampling_params": params,
-                                       "ended": ended_at_eos(out, eos_id)})
+                                       "ended": ended_at_eos(out, eos_id, params.stop)})
             done = result["done"]
             reward = float(result["rewards"].item())
             feedback = result["environment_feedback"]
@@ -223,6 +304,10 @@ class AgentExecutor(AgentExecutorBase):
                 feedback = chat_feedback(hf_tokenizer, feedback.strip())
             if feedback and not done:
                 fb = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(tokens)]
+                short = result.get("feedback_short", feedback)
+                if self.stub_blocks and short != feedback:
+                    short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][:len(fb)]
+                    shown = ((len(tokens), len(tokens) + len(fb)), short_ids, len(texts), short)
                 tokens.extend(fb)
                 if want_logprobs:
                     logprobs += [0.0] * len(fb)
@@ -241,20 +326,23 @@ class AgentExecutor(AgentExecutorBase):
         agent = AgentInstance(self.config, self._toolbox())
         agent.question = prompt = scrub(prompt)
         history, done, calls, tokens_used = "", False, 0, 0
+        fresh = fresh_short = ""  # the last tool output: whole for the next call only, then its short form
         while not done:
-            text = reasoning_prompt(prompt, history)
+            text = reasoning_prompt(prompt, history + fresh, agent.template)
             if getattr(hf_tokenizer, "chat_template", None):
                 text = chat_prompt(hf_tokenizer, text)
             ids = hf_tokenizer(text=text, add_special_tokens=False)["input_ids"][-(max_length - 1):]
             budget = min(self.config.max_new_tokens_per_turn, max_length - len(ids))
-            params = with_overrides(sampling_params, max_tokens=max(1, budget), stop=list(STOP_STRINGS),
+            params = with_overrides(sampling_params, max_tokens=max(1, budget), stop=agent.stop,
                                     include_stop_str_in_output=True)
             out = (await llm_engine.generate(ids, params)).outputs[0]
             calls += 1
             tokens_used += len(ids) + len(out.token_ids)
             result = await agent.step({"action_text": out.text, "label": label})
             done = result["done"]
-            history += out.text + (result["environment_feedback"] or "")
+            history += fresh_short + out.text
+            fresh = result["environment_feedback"] or ""
+            fresh_short = result.get("feedback_short", fresh) or ""
         reward = float(result["rewards"].item())
         logs = {**agent.extra_logs(), "llm_calls": float(calls), "tokens_processed": float(tokens_used), "truncated": 0.0}
         return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
@@ -262,7 +350,23 @@ class AgentExecutor(AgentExecutorBase):
                 "action_ranges": None, "rollout_log_probs": None}
 
 
-def ended_at_eos(out, eos_id: int | None) -> bool:
+def stub_block(shown, tokens: list, logprobs: list | None, action_ranges: list, texts: list) -> tuple[list, list | None]:
+    """The transcript with a block that has been summarised replaced by its stub, as ASearcher's next call sees it.
+
+    ASearcher tokenises the full and the short text of a block separately and concatenates token ids;
+    so do we. Turns generated after the block move with it.
+    """
+    (start, end), short_ids, text_index, short_text = shown
+    shift = len(short_ids) - (end - start)
+    tokens = tokens[:start] + short_ids + tokens[end:]
+    if logprobs is not None:
+        logprobs = logprobs[:start] + [0.0] * len(short_ids) + logprobs[end:]
+    action_ranges[:] = [(a + shift, b + shift) if a >= end else (a, b) for a, b in action_ranges]
+    texts[text_index] = short_text
+    return tokens, logprobs
+
+
+def ended_at_eos(out, eos_id: int | None, stops=STOP_STRINGS) -> bool:
     """Whether the model ended its turn itself (EOS) rather than at an action's closing tag or out of tokens.
 
     vLLM reports EOS as finish_reason "stop" with stop_reason None (or the token id, for other stop
@@ -274,7 +378,7 @@ def ended_at_eos(out, eos_id: int | None) -> bool:
         return True
     if out.finish_reason != "stop" or isinstance(out.stop_reason, str):
         return False
-    return not (out.text or "").rstrip().endswith(tuple(STOP_STRINGS))
+    return not (out.text or "").rstrip().endswith(tuple(stops or STOP_STRINGS))
 
 
 def agent_file() -> Path:

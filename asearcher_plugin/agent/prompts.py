@@ -1,34 +1,19 @@
-"""Prompts per agent type and how tool output is shown to the model."""
+"""Prompts per agent type (template files in `templates/`) and how tool output is shown to the model."""
 
 from __future__ import annotations
 
-SEARCH_R1 = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
-    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
-    "<search> query </search> and it will return the top searched results between <information> and "
-    "</information>. You can search as many times as your want. If you find no further external knowledge "
-    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
-    "For example, <answer> Beijing </answer>. Question: {question}\n"
-)
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from string import Formatter
 
-ASEARCHER = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant answers it. "
-    "The Assistant thinks inside <think> </think>, then takes exactly one action per turn: "
-    "<search> query </search> to search the knowledge base, <access> url </access> to read a page "
-    "(access the same url again to read its next part), or <answer> short answer </answer> to finish. "
-    "Results appear between <information> and </information>. Note: the question is a valid question and you "
-    "should try to find a correct answer.\n\nUser: {question}\n\nAssistant: \n<think>"
-)
-
-# The reasoning agent rebuilds its prompt each call from the question and the recent history.
-ASEARCHER_REASONING = (
-    "You are a research agent answering a question with a search engine and a web browser.\n"
-    "Question: {question}\n\nReasoning history (most recent last):\n{history}\n\n"
-    "Think inside <think> </think>, then take exactly one action: <search> query </search>, "
-    "<access> url </access>, or <answer> short answer </answer> once you are confident."
-)
-
-TEMPLATES = {"search-r1": SEARCH_R1, "asearcher": ASEARCHER, "asearcher-reasoning": ASEARCHER_REASONING}
+TEMPLATE_DIR = Path(__file__).with_name("templates")
+# The fields a prompt template of each agent type may use; `question` is required.
+TEMPLATE_FIELDS = {
+    "search-r1": ("question", "current_date"),
+    "asearcher": ("question", "current_date"),
+    "asearcher-reasoning": ("question", "history", "current_date"),
+}
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
     "asearcher": ("search", "access", "answer"),
@@ -36,22 +21,74 @@ ALLOWED_ACTIONS = {
 }
 
 
+class TemplateError(ValueError):
+    pass
+
+
+def default_template_path(agent_type: str) -> Path:
+    return TEMPLATE_DIR / f"{agent_type}.txt"
+
+
+def read_template(path: str | Path, agent_type: str) -> str:
+    """A prompt template's text, byte for byte, after checking it uses only the fields `agent_type` fills."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"prompt template {path}: cannot be read: {exc}") from None
+    check_template(text, agent_type, str(path))
+    return text
+
+
+def check_template(text: str, agent_type: str, source: str) -> None:
+    known = TEMPLATE_FIELDS[agent_type]
+    try:
+        fields = [name for _, name, _, _ in Formatter().parse(text) if name is not None]
+    except ValueError as exc:  # a lone "{" or "}": literal braces are written {{ and }}
+        raise TemplateError(f"prompt template {source}: {exc} (write a literal brace as {{{{ or }}}})") from None
+    for name in fields:
+        if name not in known:
+            shown = "{" + name + "}"
+            raise TemplateError(f"prompt template {source}: unknown field {shown} for agent_type {agent_type!r}; "
+                                f"known fields: {', '.join('{' + k + '}' for k in known)}")
+    if "question" not in fields:
+        raise TemplateError(f"prompt template {source}: needs the field {{question}}")
+
+
+@lru_cache(maxsize=None)
+def _cached_template(path: str, agent_type: str) -> str:
+    return read_template(path, agent_type)
+
+
+def template_for(agent_type: str, path: str | None = None) -> str:
+    """The user's template at `path`, or the packaged one for `agent_type` (each read once per process)."""
+    return _cached_template(str(path or default_template_path(agent_type)), agent_type)
+
+
+TEMPLATES = {t: template_for(t) for t in TEMPLATE_FIELDS}
+
+
 REASONING_HISTORY_CHARS = 25_000
 
 
-def build_prompt(agent_type: str, question: str) -> str:
+def build_prompt(agent_type: str, question: str, template: str | None = None) -> str:
+    """The first prompt; `template` is a template's text (default: the packaged one for `agent_type`)."""
     question = question.strip()
     if agent_type == "search-r1" and not question.endswith("?"):
         question += "?"
     if agent_type == "asearcher-reasoning":
-        return reasoning_prompt(question, "")
-    return TEMPLATES[agent_type].format(question=question)
+        return reasoning_prompt(question, "", template)
+    return (template or TEMPLATES[agent_type]).format(question=question, current_date=_today())
 
 
-def reasoning_prompt(question: str, history: str) -> str:
+def reasoning_prompt(question: str, history: str, template: str | None = None) -> str:
     """The reasoning agent's prompt: the question and only the last 25,000 characters of history."""
     recent = history[-REASONING_HISTORY_CHARS:] if history else "(none yet)"
-    return ASEARCHER_REASONING.format(question=question.strip(), history=recent)
+    return (template or TEMPLATES["asearcher-reasoning"]).format(question=question.strip(), history=recent,
+                                                                 current_date=_today())
+
+
+def _today() -> str:
+    return datetime.now().strftime("%Y.%m.%d")  # ASearcher's reasoning prompts show the date this way
 
 
 def information(body: str) -> str:

@@ -19,8 +19,10 @@ class LocalToolBox(ToolBox):
             hits = (await self.client.retrieve([scrub(query)], topk=topk, return_scores=True))[0]
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
+        # `contents` ("Title"\ntext) as well: it is what ASearcher's own client shows of a KB row
         return [{"title": h["document"].get("title", ""), "url": h["document"].get("url", ""),
-                 "text": h["document"].get("text") or h["document"].get("contents", ""), "score": h.get("score")}
+                 "text": h["document"].get("text") or h["document"].get("contents", ""),
+                 "contents": h["document"].get("contents"), "score": h.get("score")}
                 for h in hits]
 
     async def access(self, url: str) -> str | None:
