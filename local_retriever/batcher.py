@@ -3,7 +3,8 @@
 One worker thread takes the first waiting request, then gathers whatever else arrives within
 `max_wait_ms` (up to `max_batch` queries) and runs one encoder pass and one index search for all
 of them. A batch lets FAISS and torch use every core; a lone query costs no more than
-`max_wait_ms` extra.
+`max_wait_ms` extra. If a batch fails, each request in it is searched again on its own, so an
+error reaches only the request that caused it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class MicroBatcher:
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self.batches = 0
         self.queries = 0
+        self.failed_batches = 0
         self._thread = threading.Thread(target=self._run, name="micro-batcher", daemon=True)
         self._thread.start()
 
@@ -50,6 +52,8 @@ class MicroBatcher:
             first = self._jobs.get()
             if first is None:
                 return
+            if not first.future.set_running_or_notify_cancel():
+                continue  # its request was cancelled: a result could no longer be set
             batch, size = [first], len(first.queries)
             deadline = time.monotonic() + self.max_wait
             while size < self.max_batch:
@@ -60,6 +64,8 @@ class MicroBatcher:
                 if job is None:
                     self._jobs.put(None)
                     break
+                if not job.future.set_running_or_notify_cancel():
+                    continue
                 batch.append(job)
                 size += len(job.queries)
             self._execute(batch)
@@ -68,9 +74,14 @@ class MicroBatcher:
         queries = [q for job in batch for q in job.queries]
         try:
             hits = self._search(queries, max(job.topk for job in batch))
-        except Exception as exc:  # noqa: BLE001 - handed to every waiting request, never kills the worker
+        except Exception as exc:  # noqa: BLE001 - never kills the worker
+            if len(batch) == 1:
+                batch[0].future.set_exception(exc)
+                return
+            # One bad request must not fail the others that happened to share its batch.
+            self.failed_batches += 1
             for job in batch:
-                job.future.set_exception(exc)
+                self._execute([job])
             return
         self.batches += 1
         self.queries += len(queries)

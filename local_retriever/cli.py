@@ -104,6 +104,11 @@ def serve(
     max_query_chars: int = typer.Option(2048, help="longer queries are truncated"),
     max_batch: int = typer.Option(128, help="micro-batch size limit (queries)"),
     max_wait_ms: float = typer.Option(5.0, help="micro-batch fill wait"),
+    max_body_bytes: int = typer.Option(4 * 1024 * 1024, help="request body size limit (413 beyond)"),
+    header_timeout: float = typer.Option(10.0, help="seconds for request line and headers (408/closed beyond)"),
+    body_timeout: float = typer.Option(30.0, help="seconds for the whole body after the headers (408 beyond)"),
+    keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
+    max_connections: int = typer.Option(1000, help="open connections beyond which requests get 503"),
 ):
     """Serve /retrieve (Search-R1 format), /access (ASearcher format) and /health."""
     from .kb import KnowledgeBase
@@ -114,7 +119,9 @@ def serve(
         _fail(f"unknown retriever {retriever!r}; choose dense, bm25 or hybrid")
     try:
         limits = ServerLimits(default_topk=default_topk, max_topk=max_topk, max_queries=max_queries,
-                              max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms)
+                              max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms,
+                              max_body_bytes=max_body_bytes, header_timeout_s=header_timeout,
+                              body_timeout_s=body_timeout, keep_alive_s=keep_alive, max_connections=max_connections)
         kb = KnowledgeBase(kb_dir, retriever, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index,
                            int8_queries=int8_queries)  # type: ignore[arg-type]
     except (FileNotFoundError, ValueError) as exc:

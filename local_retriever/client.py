@@ -86,8 +86,11 @@ class RetrievalClient:
                  max_backoff: float = 5.0, cooldown: float = 5.0, max_connections: int = 256):
         self.urls = parse_urls(urls)
         self.retries, self.backoff, self.max_backoff, self.cooldown = retries, backoff, max_backoff, cooldown
-        self._http = httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=max_connections,
-                                                                             max_keepalive_connections=max_connections))
+        # Idle connections are dropped well before the server's keep-alive (5 s), so a request is never sent on a
+        # connection the server is closing at that moment (a ReadError that would put a healthy replica in cooldown).
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                              keepalive_expiry=2.0)
+        self._http = httpx.AsyncClient(timeout=timeout, limits=limits)
         self._in_flight = Counter({u: 0 for u in self.urls})
         self._down_until = {u: 0.0 for u in self.urls}
         self._rr = itertools.count()

@@ -3,15 +3,21 @@
 Wire formats: Search-R1's `POST /retrieve` and ASearcher's `POST /access`, unchanged, so their
 clients (and verl's search tool) work against this server as they are. Handlers are async and
 never hold a lock: searches go through the micro-batcher, page reads through SQLite per thread.
+
+Every error, from a route, FastAPI's body parsing, routing or the connection guards, is answered
+as `{"error": {"code", "message"}}`. A bad item in a request fails that request alone (422 naming
+the item); a 500 is logged with its traceback and never reaches requests that merely shared a batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import Any
 
+import h11
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,9 +25,12 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .batcher import MicroBatcher
 from .kb import KnowledgeBase
+
+logger = logging.getLogger(__name__)
 
 
 class ServerLimits(BaseModel):
@@ -33,6 +42,12 @@ class ServerLimits(BaseModel):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_batch: int = Field(128, ge=1, description="queries searched together by the micro-batcher")
     max_wait_ms: float = Field(5.0, ge=0, description="how long the micro-batcher waits to fill a batch")
+    header_timeout_s: float = Field(10.0, gt=0, description="request line and headers must arrive within this")
+    body_timeout_s: float = Field(30.0, gt=0, description="the whole body must arrive within this after the headers")
+    keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this")
+    max_connections: int = Field(1000, ge=1, description="open connections (or requests in progress) beyond "
+                                                         "which a request is answered 503")
+    max_header_bytes: int = Field(64 * 1024, ge=1024, description="request line plus headers")
 
 
 class RetrieveRequest(BaseModel):
@@ -52,20 +67,43 @@ class ApiError(HTTPException):
         self.status, self.code, self.message = status, code, message
 
 
+_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+          413: "body_too_large", 503: "unavailable"}
+
+
 def _json(payload: Any, status: int = 200, headers: dict | None = None) -> Response:
     return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
 
 
-def _error(status: int, code: str, message: str) -> Response:
-    # `detail` mirrors FastAPI's own error shape for clients that only read that key.
-    return _json({"error": {"code": code, "message": message}, "detail": message}, status)
+def _printable(text: str) -> str:
+    # orjson refuses lone surrogates; a message quoting bad input must still be sendable.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> Response:
+    if status in (408, 413):  # the rest of the body was not read: the connection cannot carry another request
+        headers = {**(headers or {}), "Connection": "close"}
+    return _json({"error": {"code": code, "message": _printable(message)}}, status, headers)
+
+
+def _check_text(field: str, items: list[str]) -> None:
+    """422 naming the first item that is not valid Unicode (a lone surrogate sent as a JSON escape)."""
+    for i, text in enumerate(items):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ApiError(422, "invalid_text", f"{field}[{i}] contains a lone surrogate "
+                                                f"(U+{ord(text[exc.start]):04X} at position {exc.start}); "
+                                                "send valid Unicode") from None
 
 
 class BodyLimit:
-    """Refuses request bodies over `max_bytes`, whether announced by Content-Length or streamed."""
+    """Refuses request bodies over `max_bytes` (413), whether announced by Content-Length or streamed,
+    and bodies not complete within `timeout` seconds of the headers (408), such as a Content-Length
+    larger than what is sent."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout: float = 30.0):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -73,12 +111,21 @@ class BodyLimit:
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await _error(413, "body_too_large", f"request body of {int(length)} bytes exceeds {self.max_bytes}")(scope, receive, send)
-        seen = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        seen, complete = 0, False
 
         async def limited():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # later reads only wait for a disconnect: no deadline applies
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                raise ApiError(408, "body_timeout", f"request body not complete within {self.timeout:g} s "
+                                                    f"({seen} bytes received)") from None
             seen += len(message.get("body", b""))
+            complete = not message.get("more_body", False)
             if seen > self.max_bytes:
                 raise ApiError(413, "body_too_large", f"request body exceeds {self.max_bytes} bytes")
             return message
@@ -91,6 +138,7 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
     batcher = MicroBatcher(kb.search, limits.max_batch, limits.max_wait_ms)
     started = time.time()
     counters = {"retrieve_requests": 0, "queries": 0, "access_requests": 0, "errors_4xx": 0, "errors_5xx": 0}
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
@@ -99,10 +147,27 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
     app = FastAPI(title="asearcher local knowledge base", version="1", lifespan=lifespan)
     app.state.kb, app.state.batcher, app.state.limits = kb, batcher, limits
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError):
-        counters["errors_4xx" if exc.status < 500 else "errors_5xx"] += 1
-        return _error(exc.status, exc.code, exc.message)
+    def internal(request: Request, exc: BaseException) -> ApiError:
+        # Logged here and answered as an ApiError, so Starlette does not re-raise it into uvicorn's log as well.
+        counters["errors_5xx"] += 1
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return ApiError(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException):
+        # ApiError, and Starlette's own 404/405 and FastAPI's 400 for a body it cannot parse.
+        if isinstance(exc, ApiError):
+            status, code, message = exc.status, exc.code, exc.message
+        else:
+            status, code, message = exc.status_code, _CODES.get(exc.status_code, "http_error"), str(exc.detail)
+            cause = exc.__cause__
+            if isinstance(cause, RecursionError):
+                code, message = "invalid_json", "request body is JSON nested too deeply"
+            elif status == 400 and cause is not None:
+                code, message = "invalid_json", f"request body could not be parsed: {type(cause).__name__}: {cause}"
+        if status < 500:
+            counters["errors_4xx"] += 1
+        return _error(status, code, message, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):
@@ -114,12 +179,14 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
         return _error(422, "invalid_request", "; ".join(parts))
 
     @app.exception_handler(Exception)
-    async def _crash(_: Request, exc: Exception):
+    async def _crash(request: Request, exc: Exception):
+        # Last resort for errors raised outside the routes' own guard.
         counters["errors_5xx"] += 1
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
     @app.post("/retrieve")
-    async def retrieve(req: RetrieveRequest):
+    async def retrieve(req: RetrieveRequest, request: Request):
         topk = limits.default_topk if req.topk is None else req.topk
         if not req.queries:
             raise ApiError(422, "empty_queries", "queries must be a non-empty list of strings")
@@ -130,26 +197,46 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
         empty = [i for i, q in enumerate(req.queries) if not q.strip()]
         if empty:
             raise ApiError(422, "empty_query", f"queries[{empty[0]}] is empty or whitespace")
+        _check_text("queries", req.queries)
         queries = [q[: limits.max_query_chars] for q in req.queries]
         truncated = sum(len(q) > limits.max_query_chars for q in req.queries)
-        hits = await asyncio.wrap_future(batcher.submit(queries, topk))
+        try:
+            hits = await asyncio.wrap_future(batcher.submit(queries, topk))
+            rows = kb.rows
+            if req.return_scores:
+                result = [[{"document": doc, "score": score} for doc, score in rows(h)] for h in hits]
+            else:
+                result = [[doc for doc, _ in rows(h)] for h in hits]
+        except Exception as exc:  # noqa: BLE001 - answered as a logged 500
+            raise internal(request, exc) from None
         counters["retrieve_requests"] += 1
         counters["queries"] += len(queries)
-        rows = kb.rows
-        if req.return_scores:
-            result = [[{"document": doc, "score": score} for doc, score in rows(h)] for h in hits]
-        else:
-            result = [[doc for doc, _ in rows(h)] for h in hits]
         return _json({"result": result}, headers={"X-Truncated-Queries": str(truncated)} if truncated else None)
 
     @app.post("/access")
-    async def access(req: AccessRequest):
+    async def access(req: AccessRequest, request: Request):
         if not req.urls:
             raise ApiError(422, "empty_urls", "urls must be a non-empty list of strings")
         if len(req.urls) > limits.max_urls:
             raise ApiError(413, "too_many_urls", f"{len(req.urls)} urls in one request; the limit is {limits.max_urls}")
+        _check_text("urls", req.urls)
+
+        def lookup() -> list:
+            pages = []
+            for i, url in enumerate(req.urls):
+                try:
+                    pages.append(kb.access(url))
+                except ValueError as exc:  # urllib's verdict on a malformed URL, e.g. `http://[::1`
+                    raise ApiError(422, "invalid_url", f"urls[{i}] is not a valid URL or title: {exc}") from None
+            return pages
+
+        try:
+            pages = await run_in_threadpool(lookup)
+        except ApiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - answered as a logged 500
+            raise internal(request, exc) from None
         counters["access_requests"] += 1
-        pages = await run_in_threadpool(lambda: [kb.access(u) for u in req.urls])
         return _json({"result": pages})
 
     @app.get("/health")
@@ -160,11 +247,114 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
             "uptime_s": round(time.time() - started, 1),
             "batches": batcher.batches,
             "mean_batch": round(batcher.queries / batcher.batches, 2) if batcher.batches else 0.0,
+            "failed_batches": batcher.failed_batches,
             **counters,
             "limits": limits.model_dump(),
         })
 
     return app
+
+
+def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline on request headers, a deadline on bodies the app never read,
+    JSON errors for malformed requests, and its connection limit answered in the JSON error shape."""
+    header_timeout, body_timeout, max_connections = limits.header_timeout_s, limits.body_timeout_s, limits.max_connections
+
+    class GuardedH11Protocol(H11Protocol):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.limit_concurrency = None  # checked in `_gate` instead, to answer in the JSON error shape
+            self.app = self._gate
+            self._app = self.config.loaded_app
+            self._timer: asyncio.TimerHandle | None = None
+            self._timer_kind: str | None = None
+            self._partial = False
+
+        async def _gate(self, scope, receive, send):
+            if len(self.connections) > max_connections or len(self.tasks) > max_connections:
+                response = _error(503, "too_many_connections", f"the server holds {max_connections} connections; "
+                                                               "retry later or elsewhere")
+                return await response(scope, receive, send)
+            return await self._app(scope, receive, send)
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._rearm()
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE:
+                self._partial = True
+            super().data_received(data)
+            self._rearm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._partial = False
+            self._rearm()
+
+        def connection_lost(self, exc):
+            self._set_timer(None)
+            super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            self.transport.write(_raw_error(400, "Bad Request", "bad_request", msg))
+            self.transport.close()
+
+        def _rearm(self) -> None:
+            # The deadline runs from when the wait began; bytes trickling in do not extend it.
+            if self.transport is None or self.transport.is_closing():
+                return self._set_timer(None)
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle and self.conn.their_state is h11.IDLE:
+                self._set_timer("headers")
+            elif idle and self.conn.their_state is h11.SEND_BODY:
+                self._set_timer("body")  # answered without reading the body; the app's own deadline no longer runs
+            else:
+                self._set_timer(None)
+
+        def _set_timer(self, kind: str | None) -> None:
+            if kind == self._timer_kind:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_kind = kind
+            self._timer = None
+            if kind is not None:
+                self._timer = self.loop.call_later(header_timeout if kind == "headers" else body_timeout,
+                                                   self._expired, kind)
+
+        def _expired(self, kind: str) -> None:
+            self._timer, self._timer_kind = None, None
+            if self.transport.is_closing():
+                return
+            if kind == "headers" and self._partial:
+                self.transport.write(_raw_error(408, "Request Timeout", "header_timeout",
+                                                f"request headers not complete within {header_timeout:g} s"))
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def build_app(kb: KnowledgeBase, limits: ServerLimits | None = None):
+    """The ASGI app `kb serve` runs: the FastAPI app behind the body size and read-time guard."""
+    limits = limits or ServerLimits()
+    return BodyLimit(create_app(kb, limits), limits.max_body_bytes, limits.body_timeout_s)
+
+
+def uvicorn_options(limits: ServerLimits) -> dict:
+    """uvicorn settings that enforce the connection-level limits."""
+    return {
+        "http": guarded_protocol(limits),
+        "timeout_keep_alive": limits.keep_alive_s,
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+    }
 
 
 def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: ServerLimits | None = None,
@@ -179,5 +369,7 @@ def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: 
     torch.set_num_threads(threads)
     faiss.omp_set_num_threads(threads)
     limits = limits or ServerLimits()
-    app = BodyLimit(create_app(kb, limits), limits.max_body_bytes)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    # uvicorn configures only its own loggers; this one carries the tracebacks of 500s.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(build_app(kb, limits), host=host, port=port, log_level=log_level, access_log=False,
+                **uvicorn_options(limits))

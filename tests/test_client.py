@@ -7,7 +7,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from local_retriever.client import RetrievalClient, RetrievalError, RetrievalRequestError, RetrievalUnavailable, parse_urls
+from local_retriever.client import (RetrievalClient, RetrievalError, RetrievalRequestError, RetrievalServerError,
+                                    RetrievalUnavailable, parse_urls)
 from tests.http_helpers import free_port, serve_app
 
 
@@ -125,3 +126,84 @@ async def test_against_the_real_server(kb_server):
         assert "Animal Farm" in [h["document"]["title"] for h in hits[0]]
         with pytest.raises(RetrievalRequestError, match="topk"):
             await client.retrieve(["x"], topk=0)
+
+
+def poisonable_kb(name: str, poison_status: int):
+    """A replica that answers `poison_status` to the query "poison" and serves everything else."""
+    app = fake_kb(name)
+    route = next(r for r in app.router.routes if getattr(r, "path", "") == "/retrieve")
+    serve = route.endpoint
+    app.state.poisoned = 0
+
+    async def retrieve(body: dict):
+        if "poison" in body["queries"]:
+            app.state.poisoned += 1
+            return JSONResponse({"error": {"code": "x", "message": f"{name} broke"}}, status_code=poison_status)
+        return await serve(body)
+
+    app.router.routes.remove(route)
+    app.post("/retrieve")(retrieve)
+    return app
+
+
+@pytest.mark.asyncio
+async def test_a_500_is_retried_once_elsewhere_and_marks_nothing_down():
+    a, b = poisonable_kb("a", 500), poisonable_kb("b", 500)
+    with serve_app(a) as ua, serve_app(b) as ub:
+        async with RetrievalClient([ua, ub], retries=3, backoff=0.01) as client:
+            with pytest.raises(RetrievalServerError, match="broke") as err:
+                await client.retrieve(["poison"], 1)
+            assert err.value.status == 500
+            # Exactly two attempts, one on each replica, and both replicas stay in rotation.
+            assert (a.state.poisoned, b.state.poisoned) == (1, 1)
+            assert client.down() == [] and client.stats()["errors"] == {}
+            results = await asyncio.gather(*(client.retrieve([f"q{i}"], 1) for i in range(20)))
+    assert {r[0][0]["document"]["title"] for r in results} == {"a", "b"}
+
+
+@pytest.mark.asyncio
+async def test_a_500_on_one_replica_is_answered_by_the_other():
+    sick, good = poisonable_kb("sick", 500), fake_kb("good")
+    with serve_app(sick) as us, serve_app(good) as ug:
+        async with RetrievalClient([us, ug], backoff=0.01) as client:
+            for _ in range(4):
+                assert (await client.retrieve(["poison"], 1))[0][0]["document"]["title"] == "good"
+            assert client.down() == []
+
+
+@pytest.mark.asyncio
+async def test_503_still_puts_a_replica_in_cooldown():
+    busy, good = fake_kb("busy", fail_first=100, status=503), fake_kb("good")
+    with serve_app(busy) as ub, serve_app(good) as ug:
+        async with RetrievalClient([ub, ug], backoff=0.01, cooldown=60) as client:
+            results = await asyncio.gather(*(client.retrieve([f"q{i}"], 1) for i in range(10)))
+            assert all(r[0][0]["document"]["title"] == "good" for r in results)
+            assert client.down() == [ub]
+            hits = busy.state.hits
+            for i in range(5):
+                await client.retrieve([f"later {i}"], 1)
+    assert busy.state.hits == hits  # in cooldown, it gets no requests
+
+
+@pytest.mark.asyncio
+async def test_poison_requests_keep_both_real_replicas_up(hybrid_kb):
+    from local_retriever.server import ServerLimits, build_app, uvicorn_options
+
+    limits = ServerLimits()
+    with serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ua, \
+            serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ub:
+        async with RetrievalClient([ua, ub], backoff=0.01) as client:
+            async def good(i):
+                return await client.retrieve([f"Angola {i}"], 2)
+
+            async def poison():
+                with pytest.raises(RetrievalRequestError) as err:
+                    await client.retrieve(["Angola", "x\ud800y"], 2)
+                return err.value
+
+            outcomes = await asyncio.gather(*(poison() if i % 10 == 0 else good(i) for i in range(300)))
+            refused = [o for o in outcomes if isinstance(o, RetrievalRequestError)]
+            assert len(refused) == 30 and all(o.status == 422 and "queries[1]" in o.message for o in refused)
+            assert all(len(o) == 1 and len(o[0]) == 2 for o in outcomes if not isinstance(o, RetrievalRequestError))
+            stats = client.stats()
+    assert stats["down"] == [] and stats["errors"] == {} and stats.get("retries", 0) == 0

@@ -1,6 +1,11 @@
 """The retrieval server on a real socket: wire formats, limits, micro-batching, staying up."""
 
 import asyncio
+import json
+import logging
+import shutil
+import socket
+import time
 
 import httpx
 import pytest
@@ -120,3 +125,197 @@ def test_concurrent_requests_are_micro_batched(kb_server):
     # Each request got the answer for its own query, not a neighbour's.
     single = post(kb_server, "/retrieve", {"queries": ["ocean number 7"], "topk": 2, "return_scores": True}).json()
     assert responses[7].json()["result"] == single["result"]
+
+
+# --- Faults: bad items fail alone, slow clients are cut off, every error has one shape ---------------------------
+
+from local_retriever.batcher import MicroBatcher  # noqa: E402
+from local_retriever.server import ServerLimits, build_app, create_app, uvicorn_options  # noqa: E402
+from tests.http_helpers import serve_app  # noqa: E402
+
+POISON = b'{"queries": ["Angola", "x\\ud800y"], "topk": 2}'  # a lone surrogate, sent as its JSON escape
+
+
+def _guarded(kb, **limits):
+    lim = ServerLimits(**limits)
+    return serve_app(build_app(kb, lim), **uvicorn_options(lim))
+
+
+@pytest.fixture(scope="module")
+def guarded_server(hybrid_kb):
+    """The server as `kb serve` runs it, with short read timeouts."""
+    with _guarded(hybrid_kb, header_timeout_s=1, body_timeout_s=1, keep_alive_s=1) as url:
+        yield url
+
+
+def test_surrogate_query_is_refused_alone_under_load(hybrid_kb):
+    with _guarded(hybrid_kb) as url:
+        _surrogates_under_load(url)
+
+
+def _surrogates_under_load(guarded_server):
+    before = httpx.get(f"{guarded_server}/health").json()
+
+    async def run():
+        # Pooled connections are dropped before the server's keep-alive runs out, as RetrievalClient does.
+        limits = httpx.Limits(max_connections=64, keepalive_expiry=2.0)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            async def good(i):
+                return await client.post(f"{guarded_server}/retrieve", json={"queries": [f"ocean {i}"], "topk": 2})
+
+            async def bad():
+                return await client.post(f"{guarded_server}/retrieve", content=POISON,
+                                         headers={"content-type": "application/json"})
+            tasks = [bad() if i % 21 == 0 else good(i) for i in range(630)]
+            return await asyncio.gather(*tasks)
+
+    responses = asyncio.run(run())
+    good = [r for i, r in enumerate(responses) if i % 21]
+    bad = [r for i, r in enumerate(responses) if i % 21 == 0]
+    assert len(good) == 600 and len(bad) == 30
+    assert [r.status_code for r in good] == [200] * len(good)
+    assert all(len(r.json()["result"][0]) == 2 for r in good)
+    for r in bad:
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_text"
+        assert "queries[1]" in r.json()["error"]["message"]
+    after = httpx.get(f"{guarded_server}/health").json()
+    assert after["errors_5xx"] == before["errors_5xx"]
+
+
+def test_batcher_fails_only_the_request_that_broke_the_batch(hybrid_kb):
+    # The same real search as the server's; a non-string reaches the encoder only because validation is skipped here.
+    batcher = MicroBatcher(hybrid_kb.search, max_batch=512, max_wait_ms=300)
+    try:
+        queries = [f"capital of Angola {i}" for i in range(20)]
+        futures = [batcher.submit([q], 3) for q in queries[:10]]
+        poisoned = batcher.submit(["fine", None], 3)  # type: ignore[list-item]
+        futures += [batcher.submit([q], 3) for q in queries[10:]]
+        with pytest.raises(Exception):
+            poisoned.result(timeout=60)
+        for q, fut in zip(queries, futures):
+            assert fut.result(timeout=60) == hybrid_kb.search([q], 3)
+        assert batcher.failed_batches >= 1  # the poisoned request really shared a batch with the others
+    finally:
+        batcher.close()
+
+
+def test_access_with_bad_urls_is_refused_alone(guarded_server):
+    r = post(guarded_server, "/access", {"urls": ["Albert Einstein", "http://[::1"]})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_url" and "urls[1]" in r.json()["error"]["message"]
+    r = httpx.post(f"{guarded_server}/access", content=b'{"urls": ["Angola", "\\udfff"]}',
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "urls[1]" in r.json()["error"]["message"]
+    assert post(guarded_server, "/access", {"urls": ["Albert Einstein"]}).json()["result"][0]["title"] == "Albert Einstein"
+
+
+def _raw_exchange(url: str, request: bytes, wait: float = 30.0) -> bytes:
+    """Sends raw bytes and reads until the server closes the connection; fails if it never does."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):  # socket.timeout here means the server held the connection open
+            data += chunk
+        return data
+
+
+def _body(raw: bytes) -> dict:
+    return json.loads(raw.split(b"\r\n\r\n", 1)[1])
+
+
+@pytest.mark.parametrize("method,path,content,status,code", [
+    ("GET", "/no-such-path", None, 404, "not_found"),
+    ("GET", "/retrieve", None, 405, "method_not_allowed"),
+    ("POST", "/retrieve", b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "invalid_json"),
+    ("POST", "/retrieve", b'{"queries": ["a", }', 422, "invalid_request"),
+    ("POST", "/retrieve", b"\xff\xfe not utf-8", 422, "invalid_request"),
+    ("POST", "/retrieve", b'{"queries": [' + b'"x",' * 1_200_000 + b'"x"]}', 413, "body_too_large"),
+])
+def test_every_error_has_the_error_shape(guarded_server, method, path, content, status, code):
+    r = httpx.request(method, f"{guarded_server}{path}", content=content, headers={"content-type": "application/json"},
+                      timeout=60)
+    assert r.status_code == status, r.text
+    assert set(r.json()) == {"error"} and r.json()["error"]["code"] == code and r.json()["error"]["message"]
+
+
+def test_content_length_lie_gets_408_and_the_connection_is_closed(guarded_server):
+    head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    raw = _raw_exchange(guarded_server, head + b'{"queries"')
+    assert raw.startswith(b"HTTP/1.1 408 ")
+    assert _body(raw)["error"]["code"] == "body_timeout"
+    # A route that never reads the body: answered, then the connection is dropped once the body is overdue.
+    raw = _raw_exchange(guarded_server, head.replace(b"/retrieve", b"/nowhere") + b"{")
+    assert raw.startswith(b"HTTP/1.1 404 ") and _body(raw)["error"]["code"] == "not_found"
+
+
+def test_slow_loris_connections_are_closed_by_the_server(guarded_server):
+    host, port = guarded_server.removeprefix("http://").split(":")
+
+    async def loris(kind: str) -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        if kind != "silent":
+            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+
+        async def drip():  # one header byte every 0.2 s, never finishing the headers
+            while kind == "drip":
+                await asyncio.sleep(0.2)
+                writer.write(b"X")
+                await writer.drain()
+
+        dripping = asyncio.create_task(drip())
+        try:
+            return await asyncio.wait_for(reader.read(), 30)  # TimeoutError: the server kept it open
+        finally:
+            dripping.cancel()
+            writer.close()
+
+    async def run():
+        return await asyncio.gather(*(loris(("silent", "partial", "drip")[i % 3]) for i in range(600)),
+                                    return_exceptions=True)
+
+    results = asyncio.run(run())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:3]
+    silent, partial = results[0::3], results[1::3] + results[2::3]
+    assert all(r == b"" for r in silent)
+    assert all(r.startswith(b"HTTP/1.1 408 ") and _body(r)["error"]["code"] == "header_timeout" for r in partial)
+    assert post(guarded_server, "/retrieve", {"queries": ["Angola"]}).status_code == 200
+
+
+def test_connection_limit_answers_503_in_the_error_shape(hybrid_kb):
+    with _guarded(hybrid_kb, max_connections=8, header_timeout_s=60) as url:
+        host, port = url.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port))) for _ in range(12)]
+        try:
+            r = httpx.post(f"{url}/retrieve", json={"queries": ["Angola"]}, timeout=30)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "too_many_connections"
+        finally:
+            for sock in idle:
+                sock.close()
+        for _ in range(100):  # the server notices the closed sockets on its next loop turns
+            r = httpx.post(f"{url}/retrieve", json={"queries": ["Angola"]}, timeout=30)
+            if r.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 200
+
+
+def test_a_500_is_logged_with_its_traceback(sample_kb, tmp_path, caplog):
+    from local_retriever.kb import KnowledgeBase
+
+    kb_dir = tmp_path / "kb"
+    shutil.copytree(sample_kb, kb_dir)
+    kb = KnowledgeBase(kb_dir, "bm25")
+    try:
+        with serve_app(create_app(kb)) as url:
+            assert post(url, "/retrieve", {"queries": ["Angola"]}).status_code == 200
+            kb.manifest.corpus_path(kb_dir).write_bytes(b"")  # the corpus damaged under a running server
+            with caplog.at_level(logging.ERROR, logger="local_retriever.server"):
+                r = post(url, "/retrieve", {"queries": ["Angola"]})
+            assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
+            assert httpx.get(f"{url}/health").json()["errors_5xx"] == 1
+    finally:
+        kb.close()
+    records = [rec for rec in caplog.records if rec.name == "local_retriever.server"]
+    assert records and records[0].exc_info and "POST /retrieve" in records[0].getMessage()
