@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -36,12 +37,17 @@ class AddressFile:
         probe_host = "127.0.0.1" if host in ("", "0.0.0.0") else ("::1" if host == "::" else host)
         self._health = f"http://{_bracket(probe_host)}:{port}/health"
         self._poll = poll_seconds
+        self._wildcard = host in WILDCARD_HOSTS
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._publish_when_up, name="address-file", daemon=True)
         self._old_sigterm = None
 
     def __enter__(self) -> "AddressFile":
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self._wildcard and self.content.startswith("127."):
+            # Debian maps the host name to 127.0.1.1 in /etc/hosts: other nodes cannot use that.
+            sys.stderr.write(f"warning: this machine's host name resolves to {self.content.split(':')[0]}, which "
+                             "other nodes cannot reach; pass --host with its network address\n")
         if threading.current_thread() is threading.main_thread():
             # uvicorn shuts down gracefully on SIGTERM and then raises it again under the handler found
             # at start; with the default one the process would die before removing the file.

@@ -232,3 +232,16 @@ def test_kb_from_asearcher_files_served_and_found_by_its_clients(tmp_path):
         proc.wait(timeout=60)
     assert proc.returncode == 143  # SIGTERM, after a graceful shutdown
     assert not addr_file.exists() and not [f for f in os.listdir(addr_dir) if f.startswith(".")]
+
+
+def test_address_file_for_every_interface_names_the_machine(tmp_path, capsys):
+    import socket
+
+    from local_retriever.address import AddressFile
+
+    ip, port = socket.gethostbyname(socket.gethostname()), free_port()
+    with AddressFile(tmp_path, "0.0.0.0", port, poll_seconds=0.05) as address:
+        assert address.path == tmp_path / f"Host{ip}_IP{port}.txt" and address.content == f"{ip}:{port}"
+    assert not address.path.exists()  # nothing answered /health on that port: never written
+    if ip.startswith("127."):
+        assert "other nodes cannot reach" in capsys.readouterr().err
