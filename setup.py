@@ -29,6 +29,7 @@ setup(
         "fastapi>=0.110",
         "starlette>=0.36",  # the KB server imports it directly (threadpool, exceptions, responses)
         "uvicorn[standard]>=0.29",
+        "h11>=0.14",  # the KB server's HTTP/1.1 protocol, subclassed for header read deadlines
         "httpx>=0.27",
         "httpcore>=1.0",  # the URL guard's network backend: connections go only to checked addresses
         "idna>=3.6",  # host names checked and fetched in one IDNA 2008 form
