@@ -199,8 +199,10 @@ def parse_gold(label) -> list[str]:
     """Gold answers from a dataset label: a string, a list, an object with the answers, or JSON of one."""
     import json
 
+    if label is None:  # a null label has no gold answer: "None" must never score as correct
+        return []
     if isinstance(label, (list, tuple)):
-        return [str(x) for x in label]
+        return [str(x) for x in label if x is not None]
     if isinstance(label, str):
         text = label.strip()
         if text.startswith(("[", "{")):

@@ -126,3 +126,11 @@ def test_reward_options_reach_the_environment_reward():
     # the penalty replaces the score after the format factor, as ASearcher's does
     assert reward("the question is invalid", ["Luanda"], invalid_answer_penalty=-0.5) == -0.5
     assert reward("the question is invalid", ["Luanda"]) == 0.0
+
+
+def test_null_label_has_no_gold_answer():
+    # a null label once became the gold answer "None", so answering "None" scored 1.0
+    assert parse_gold(None) == []
+    assert parse_gold(["Luanda", None]) == ["Luanda"]
+    assert score_all("None", parse_gold(None))["em"] == 0.0
+    assert score_all("None", parse_gold(None))["f1"] == 0.0
