@@ -12,7 +12,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["asearcher_plugin*", "local_retriever*", "data_synth*"]),
     package_data={"local_retriever": ["data/*.jsonl"], "asearcher_plugin.agent": ["templates/*.txt"],
-                  "asearcher_plugin": ["judge_templates/*.txt"]},
+                  "asearcher_plugin": ["judge_templates/*.txt", "recipes/*.yaml"]},
     install_requires=[
         # torch is left unpinned here so GPU installs keep the CUDA build vLLM wants;
         # constraints/cpu.txt pins the CPU build for laptops and CI.

@@ -31,7 +31,8 @@ def quickstart(
 
 @app.command()
 def train(
-    recipe: str = typer.Argument(..., help="recipe YAML (see recipes/)"),
+    recipe: str = typer.Argument(..., help="a packaged recipe (cpu_tiny, local_7b_1node, local_7b_16nodes, "
+                                 "local_14b_2nodes, web_qwq32b) or a recipe YAML path"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. openrlhf.rollout.batch_size=64 or agent.max_turns=16"),
     print_cmd: bool = typer.Option(False, help="print the launcher and `ray job submit` commands and exit"),
     dry_run: bool = typer.Option(False, help="check the recipe and the flags with OpenRLHF's own parser and asserts, "
@@ -42,28 +43,26 @@ def train(
     """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""
     import shlex
 
-    from asearcher_plugin.launch import LaunchError, build_command, ray_job_command, run_openrlhf
-    from asearcher_plugin.openrlhf_args import RecipeFlagError, check_args
-    from asearcher_plugin.recipe import RecipeError
+    from asearcher_plugin.launch import LaunchError, ray_job_command, run_openrlhf
+    from asearcher_plugin.openrlhf_args import RecipeFlagError
+    from asearcher_plugin.recipe import Recipe, RecipeError
 
     try:
-        argv, config = build_command(recipe, set_)
+        model = Recipe.load(recipe, set_)
+        argv, config = model.argv(), model.run_config()
         if print_cmd:
             typer.echo(f"ASEARCHER_RUN_CONFIG={shlex.quote(config.model_dump_json())} python -m asearcher_plugin.launch "
                        + shlex.join(argv))
             typer.echo(ray_job_command(argv, config))
             return
         if dry_run:
-            args = check_args(argv)
-            if config.scheduler.enable and args.train.async_enable:
-                from asearcher_plugin.scheduler.settings import resolve_settings
-
-                settings = resolve_settings(config.scheduler, args)
-                typer.echo(f"streaming scheduler: max_staleness {settings.max_staleness}, max_concurrent "
-                           f"{settings.max_concurrent} groups, on_stale {settings.on_stale}")
-            typer.echo(f"{recipe}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
+            typer.echo(model.check().summary())
+            typer.echo(f"{model.source}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
             return
-    except (RecipeError, RecipeFlagError, LaunchError, ValueError) as exc:
+    except RecipeError as exc:  # names the file and the field
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    except LaunchError as exc:
         typer.echo(f"error: {recipe}: {exc}", err=True)
         raise typer.Exit(2)
     try:
@@ -75,7 +74,7 @@ def train(
 
 @app.command()
 def rollout(
-    recipe: str = typer.Argument(..., help="recipe YAML; recipes/cpu_tiny.yaml runs on any laptop"),
+    recipe: str = typer.Argument(..., help="a packaged recipe name or a recipe YAML; cpu_tiny runs on any laptop"),
     out: str = typer.Option("runs/rollout/trajectories.jsonl", help="trajectories JSONL"),
     engines: int = typer.Option(2, help="CPU engine actors on Ray"),
     steps: int = typer.Option(3, help="batches to hand out"),

@@ -1,4 +1,4 @@
-"""`asearcher train RECIPE.yaml`: a recipe becomes an OpenRLHF run with the plugin's agent and scheduler.
+"""`asearcher train RECIPE`: a recipe (a packaged name or a YAML path) becomes an OpenRLHF run with the plugin's agent and scheduler.
 
 `python -m asearcher_plugin.launch --config run.yaml [--agent asearcher_plugin.env] <OpenRLHF flags>`
 does the same for users who keep their own flags; `run.yaml` holds `agent:` and `scheduler:`.
@@ -19,9 +19,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config import (CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env, null_sections,
-                     read_yaml_mapping)
-from .recipe import load_recipe, openrlhf_argv, run_config
+from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
+from .openrlhf_args import RecipeFlagError
+from .recipe import Recipe, check_run, read_run_file
 
 
 class LaunchError(ValueError):
@@ -40,10 +40,10 @@ def agent_path(spec: str) -> str:
     return found.origin
 
 
-def build_command(recipe_path: str, overrides: list[str]) -> tuple[list[str], RunConfig]:
-    recipe = load_recipe(recipe_path, overrides)
-    argv = openrlhf_argv(recipe["openrlhf"]) + ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
-    return argv, run_config(recipe)
+def build_command(recipe: str, overrides: list[str]) -> tuple[list[str], RunConfig]:
+    """A recipe (name or path) with `--set` overrides -> OpenRLHF's argv and the run config."""
+    model = Recipe.load(recipe, overrides)
+    return model.argv(), model.run_config()
 
 
 def runtime_env_vars(config: RunConfig) -> dict:
@@ -71,23 +71,15 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
         from . import openrlhf_cpu
 
         resources = openrlhf_cpu.activate()  # before anything imports vLLM or starts Ray workers
-    from .openrlhf_args import check_args
-
-    args = check_args(argv)
-    if cpu:
-        try:
+    try:
+        args, settings = check_run(argv, config.scheduler)
+        if cpu:
             openrlhf_cpu.check_args(args)
-        except ValueError as exc:
-            raise LaunchError(str(exc)) from None
-    settings = None
-    if config.scheduler.enable and args.train.async_enable:
-        from .scheduler.settings import StreamingSettingsError, resolve_settings
-
-        try:
-            settings = resolve_settings(config.scheduler, args)
-        except StreamingSettingsError as exc:
-            raise LaunchError(str(exc)) from None
-    elif config.scheduler.enable:
+    except RecipeFlagError:
+        raise
+    except ValueError as exc:  # scheduler settings that cannot stream, or flags the CPU stand-ins cannot run
+        raise LaunchError(str(exc)) from None
+    if settings is None and config.scheduler.enable:
         print("asearcher: --train.async_enable is off: OpenRLHF's synchronous trainer and generator run, without "
               "the streaming scheduler", file=sys.stderr)
     env = runtime_env_vars(config)
@@ -111,25 +103,15 @@ def config_for_launch(path: str | None) -> RunConfig:
     """--config FILE, else the run config a `ray job submit` carried, else $ASEARCHER_CONFIG; never silent defaults."""
     try:
         if path:
-            return RunConfig.model_validate(_sections(read_yaml_mapping(path, LaunchError), path))
+            return read_run_file(path)
         if os.environ.get(RUN_CONFIG_ENV):
             return load_run_config_env()
         if os.environ.get(CONFIG_ENV):
-            return RunConfig.model_validate(_sections(read_yaml_mapping(os.environ[CONFIG_ENV], LaunchError),
-                                                      os.environ[CONFIG_ENV]))
+            return read_run_file(os.environ[CONFIG_ENV])
     except (ConfigError, ValueError) as exc:
         raise LaunchError(str(exc)) from None
     raise LaunchError("no agent config: pass --config run.yaml (with `agent:` and optionally `scheduler:` sections), "
                       "or use `asearcher train RECIPE.yaml`")
-
-
-def _sections(data: dict, path: str) -> dict:
-    unknown = set(data) - {"agent", "scheduler", "description", "resources", "openrlhf"}
-    if unknown:
-        raise LaunchError(f"{path}: unknown section(s) {sorted(unknown)}; expected agent, scheduler")
-    if problems := null_sections(data, path):
-        raise LaunchError("; ".join(problems))
-    return {k: data[k] for k in ("agent", "scheduler") if k in data}
 
 
 def main(args: list[str] | None = None) -> None:
@@ -150,7 +132,7 @@ def main(args: list[str] | None = None) -> None:
         if "--train.agent_func_path" not in args:
             args += ["--train.agent_func_path", agent_path(agent)]
         run_openrlhf(args, config_for_launch(config), cpu=cpu)
-    except LaunchError as exc:
+    except (LaunchError, RecipeFlagError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

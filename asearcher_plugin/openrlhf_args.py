@@ -14,12 +14,19 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 from datetime import datetime
+from difflib import get_close_matches
+from functools import lru_cache
 from pathlib import Path
 
 
 class RecipeFlagError(ValueError):
-    pass
+    """`flag` (e.g. `rollout.batch_size`, no dashes) when OpenRLHF's message names one."""
+
+    def __init__(self, message: str, flag: str | None = None):
+        super().__init__(f"--{flag}: {message}" if flag else message)
+        self.message, self.flag = message, flag
 
 
 def train_ppo_ray_source() -> Path:
@@ -48,8 +55,28 @@ def _uses(node: ast.stmt, attr: str) -> bool:
 
 
 def known_flags() -> dict[str, argparse.Action]:
-    parser = _parser()
-    return {opt: action for action in parser._actions for opt in action.option_strings}
+    return dict(_known_flags(train_ppo_ray_source().read_text()))
+
+
+@lru_cache(maxsize=2)
+def _known_flags(source: str) -> tuple:
+    parser = _parser(source)
+    return tuple((opt, action) for action in parser._actions for opt in action.option_strings)
+
+
+def flag_problems(flags: dict) -> list[RecipeFlagError]:
+    """Names that are not OpenRLHF flags, and switches given a value: argparse would blame the value, not the flag."""
+    known = known_flags()
+    problems = []
+    for name, value in flags.items():
+        action = known.get(f"--{name}")
+        if action is None:
+            close = get_close_matches(f"--{name}", list(known), n=1)
+            hint = f" (did you mean {close[0][2:]}?)" if close else ""
+            problems.append(RecipeFlagError(f"not a flag of OpenRLHF 0.11.2{hint}", name))
+        elif action.nargs == 0 and not isinstance(value, bool) and value is not None:
+            problems.append(RecipeFlagError(f"a switch: give true or false, not {value!r}", name))
+    return problems
 
 
 def _namespace(**extra) -> dict:
@@ -57,8 +84,8 @@ def _namespace(**extra) -> dict:
     return {"argparse": argparse, "datetime": datetime, "os": os, **extra}
 
 
-def _parser() -> argparse.ArgumentParser:
-    block = _main_block(train_ppo_ray_source().read_text())
+def _parser(source: str) -> argparse.ArgumentParser:
+    block = _main_block(source)
     cut = next(i for i, n in enumerate(block.body) if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))
     ns = _namespace()
     exec(compile(ast.Module(body=block.body[:cut], type_ignores=[]), "train_ppo_ray.py", "exec"), ns)
@@ -75,9 +102,20 @@ def check_args(argv: list[str]):
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             exec(compile(code, "train_ppo_ray.py", "exec"), ns)
     except SystemExit:
-        raise RecipeFlagError(err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid flags") from None
+        raise _parse_error(err.getvalue()) from None
     except AssertionError as exc:
         raise RecipeFlagError(f"OpenRLHF refuses these arguments: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - OpenRLHF's own post-parse code tripping on the combination
         raise RecipeFlagError(f"OpenRLHF's argument handling failed: {type(exc).__name__}: {exc}") from None
     return ns["args"]
+
+
+def _parse_error(stderr: str) -> RecipeFlagError:
+    """argparse's last line without its `prog: error:` prefix, and the flag it names."""
+    line = stderr.strip().splitlines()[-1] if stderr.strip() else "invalid flags"
+    line = re.sub(r"^.*?: error: ", "", line)
+    if m := re.match(r"argument (--\S+?)(?:/\S+)?: (.*)", line):
+        return RecipeFlagError(m.group(2), m.group(1)[2:])
+    if m := re.match(r"unrecognized arguments: (--\S+)", line):
+        return RecipeFlagError("not a flag of OpenRLHF 0.11.2", m.group(1)[2:])
+    return RecipeFlagError(line)

@@ -28,8 +28,8 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
     from .engines.tiny_model import make_tiny_model
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval
+    from .recipe import load_recipe
     from .rollout import rollout
-    from .yamlio import read_yaml
 
     workdir.mkdir(parents=True, exist_ok=True)
     kb, tiny = workdir / "sample-kb", workdir / "tiny-model"
@@ -50,9 +50,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
             make_tiny_model(tiny)
             console.print(f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)")
 
-        recipe = read_yaml(Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml") \
-            if (Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").is_file() else None
-        agent = dict((recipe or {}).get("agent") or {"agent_type": "asearcher", "max_turns": 4, "max_new_tokens_per_turn": 32})
+        agent = load_recipe("cpu_tiny")["agent"]  # packaged with the code: the same from a checkout or a wheel
         agent.setdefault("tools", {}).setdefault("local", {})["urls"] = [url]
 
         console.rule("3/4 streaming rollout on Ray (CPU engines, no training)")

@@ -1,57 +1,210 @@
-"""Recipes: one YAML file holding the agent config and the OpenRLHF flags of a training run."""
+"""Recipes: one YAML file holding the agent config, the scheduler config and the OpenRLHF flags of a training run.
+
+A recipe is given by name (a file shipped in `asearcher_plugin/recipes/`, so it works from a pip install) or by
+path. `Recipe.load` validates every section (an unknown or invalid field is an error naming the file and the field);
+`Recipe.check` adds what needs OpenRLHF: its own parser and argument checks, and the scheduler settings resolved
+against them. `asearcher train RECIPE --dry-run` is `load` then `check`.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Optional
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from .config import (ConfigError, RunConfig, null_sections, parse_assignment, read_yaml_mapping, set_dotted,
-                     validation_problems)
+from .config import (AgentConfig, ConfigError, RunConfig, SchedulerConfig, null_sections, parse_assignment,
+                     read_yaml_mapping, set_dotted, validation_problems)
+
+RECIPE_DIR = Path(__file__).with_name("recipes")
+SECTIONS = ("description", "resources", "agent", "scheduler", "openrlhf")
+SCALARS = (bool, int, float, str)
 
 
 class RecipeError(ValueError):
     pass
 
 
-def load_recipe(path: str | Path, overrides: list[str] = ()) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"recipe not found: {path}")
-    recipe = read_yaml_mapping(path, RecipeError)
-    if not isinstance(recipe.get("openrlhf"), dict):
-        raise RecipeError(f"{path}: a recipe needs an `openrlhf:` section of flags")
-    if problems := null_sections(recipe, path):
-        raise RecipeError("; ".join(problems))
-    for item in overrides:
-        apply_override(recipe, item)
-    unknown = set(recipe) - {"description", "resources", "agent", "scheduler", "openrlhf"}
-    if unknown:
-        raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}")
-    if problems := null_sections(recipe, "--set"):
-        raise RecipeError("; ".join(problems))
-    try:
-        config = run_config(recipe)
-    except ValidationError as exc:
-        raise RecipeError(f"{path}: {validation_problems(exc)}") from None
-    if recipe["openrlhf"].get("data.apply_chat_template") and config.agent.wrap_prompt:
-        raise RecipeError(f"{path}: openrlhf data.apply_chat_template and agent.wrap_prompt would both template the "
-                          "prompt; the agent applies the chat template itself (feedback_style: chat), so drop "
-                          "data.apply_chat_template, or set agent.wrap_prompt: false for a dataset of ready prompts")
-    return recipe
+class Resources(BaseModel):
+    """What a run needs, for people choosing a recipe; nothing reads it to place work."""
+
+    model_config = ConfigDict(extra="forbid")
+    nodes: Optional[int] = Field(None, ge=1)
+    gpus_per_node: Optional[int] = Field(None, ge=0)
+    gpu_memory_gb: Optional[float] = Field(None, ge=0)
+    host_ram_gb: Optional[float] = Field(None, ge=0)
+    hours: Optional[float] = Field(None, ge=0)
+
+
+class CheckedRecipe(BaseModel):
+    """A recipe accepted by OpenRLHF's parser and checks: the argv, OpenRLHF's args, the resolved scheduler."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    argv: list[str]
+    args: object
+    scheduler: Optional[SchedulerConfig]  # None: OpenRLHF's own generator runs (no async, or scheduler.enable false)
+
+    def summary(self) -> str:
+        if self.scheduler is None:
+            return "streaming scheduler: off (OpenRLHF's own generator)"
+        s = self.scheduler
+        return (f"streaming scheduler: max_staleness {s.max_staleness}, max_concurrent {s.max_concurrent} groups, "
+                f"on_stale {s.on_stale}")
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: Optional[str] = None
+    resources: Optional[Resources] = None
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    openrlhf: dict[str, Any] = Field(
+        description="OpenRLHF 0.11.2 flags without the leading dashes, e.g. rollout.batch_size: 128; true is a switch "
+        "given, false or null leaves the flag out, a list gives several values")
+    _source: str = PrivateAttr("recipe")
+
+    @field_validator("openrlhf")
+    @classmethod
+    def _flag_values(cls, flags: dict) -> dict:
+        """Shapes only; names, types and choices are OpenRLHF's parser's to judge (`check`)."""
+        for name, value in flags.items():
+            if name.startswith("-") or not name:
+                raise ValueError(f"{name!r}: write a flag without its dashes, e.g. rollout.batch_size")
+            values = value if isinstance(value, list) else [value]
+            if value is not None and not all(isinstance(v, SCALARS) for v in values):
+                raise ValueError(f"{name}: a flag's value is a number, a string, true/false or a list of them, not "
+                                 f"{type(value).__name__} {value!r} (flags are dotted names: rollout.batch_size: 4)")
+        return flags
+
+    @property
+    def source(self) -> str:
+        """The file the recipe came from, for messages."""
+        return self._source
+
+    @classmethod
+    def load(cls, recipe: str | Path, overrides: list[str] = ()) -> Recipe:
+        """A packaged recipe's name or a YAML path, with `--set` overrides applied; validated."""
+        path = resolve_recipe(recipe)
+        data = read_yaml_mapping(path, RecipeError)
+        if not isinstance(data.get("openrlhf"), dict):
+            raise RecipeError(f"{path}: a recipe needs an `openrlhf:` section of flags")
+        if problems := null_sections(data, path):
+            raise RecipeError("; ".join(problems))
+        for item in overrides:
+            apply_override(data, item)
+        if unknown := set(data) - set(SECTIONS):
+            raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}; expected {', '.join(SECTIONS)}")
+        if problems := null_sections(data, "--set", ("agent", "scheduler", "openrlhf")):
+            raise RecipeError("; ".join(problems))
+        try:
+            model = cls.model_validate(data)
+        except ValidationError as exc:
+            raise RecipeError(f"{path}: {validation_problems(exc)}") from None
+        model._source = str(path)
+        model._templated_once()
+        return model
+
+    def _templated_once(self) -> None:
+        if self.openrlhf.get("data.apply_chat_template") and self.agent.wrap_prompt:
+            raise RecipeError(f"{self.source}: openrlhf.data.apply_chat_template and agent.wrap_prompt would both "
+                              "template the prompt; the agent applies the chat template itself (feedback_style: chat), "
+                              "so drop data.apply_chat_template, or set agent.wrap_prompt: false for a dataset of "
+                              "ready prompts")
+
+    def run_config(self) -> RunConfig:
+        """What travels with the run besides the flags (the agent and scheduler sections)."""
+        return RunConfig(agent=self.agent, scheduler=self.scheduler)
+
+    def argv(self) -> list[str]:
+        """The OpenRLHF command line, with the plugin's agent file."""
+        from .launch import agent_path
+
+        return openrlhf_argv(self.openrlhf) + ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
+
+    def check(self) -> CheckedRecipe:
+        """The flags through OpenRLHF 0.11.2's own parser and asserts, then the scheduler settings against them."""
+        from .openrlhf_args import RecipeFlagError, flag_problems
+
+        try:
+            if problems := flag_problems(self.openrlhf):
+                raise RecipeError("; ".join(f"{self.source}: openrlhf.{p.flag}: {p.message}" for p in problems))
+            argv = self.argv()
+            args, scheduler = check_run(argv, self.scheduler)
+        except RecipeFlagError as exc:
+            field = f"openrlhf.{exc.flag}: " if exc.flag else ""
+            raise RecipeError(f"{self.source}: {field}{exc.message}") from None
+        except ValueError as exc:  # the scheduler settings, which name their own fields
+            if isinstance(exc, RecipeError):
+                raise
+            raise RecipeError(f"{self.source}: {exc}") from None
+        return CheckedRecipe(argv=argv, args=args, scheduler=scheduler)
+
+
+def check_run(argv: list[str], scheduler: SchedulerConfig):
+    """OpenRLHF's parsed args and the resolved scheduler settings (None when OpenRLHF's generator runs).
+
+    Raises RecipeFlagError (OpenRLHF refuses the flags) or StreamingSettingsError; the launcher runs the same
+    checks on flags given without a recipe.
+    """
+    from .openrlhf_args import check_args
+
+    args = check_args(argv)
+    if not (scheduler.enable and args.train.async_enable):
+        return args, None
+    from .scheduler.settings import resolve_settings
+
+    return args, resolve_settings(scheduler, args)
+
+
+def recipe_names() -> list[str]:
+    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+
+
+def resolve_recipe(recipe: str | Path) -> Path:
+    """An existing file as given, else the packaged recipe of that name (`local_7b_1node` or `local_7b_1node.yaml`)."""
+    path = Path(recipe).expanduser()
+    if path.is_file():
+        return path
+    names = recipe_names()
+    if path.parent == Path(".") and path.stem in names and path.suffix in ("", ".yaml"):
+        return RECIPE_DIR / f"{path.stem}.yaml"
+    what = "recipe file not found" if path.suffix in (".yaml", ".yml") or len(path.parts) > 1 else "unknown recipe"
+    hint = f" (the packaged {path.stem!r}?)" if path.stem in names else ""
+    raise RecipeError(f"{recipe}: {what}{hint}; give a YAML path or one of the packaged recipes: {', '.join(names)}")
+
+
+def load_recipe(recipe: str | Path, overrides: list[str] = ()) -> dict:
+    """The recipe's sections as written (defaults not filled in), after validation."""
+    return Recipe.load(recipe, overrides).model_dump(exclude_unset=True)
 
 
 def run_config(recipe: dict) -> RunConfig:
-    """The recipe's `agent:` and `scheduler:` sections, validated (an unknown or invalid field names itself)."""
+    """The `agent:` and `scheduler:` sections of a validated recipe dict (see `load_recipe`)."""
     return RunConfig.model_validate({"agent": recipe.get("agent") or {}, "scheduler": recipe.get("scheduler") or {}})
+
+
+def read_run_file(path: str | Path) -> RunConfig:
+    """A run config (`agent:` and `scheduler:`) or a whole recipe, for `python -m asearcher_plugin.launch --config`;
+    the OpenRLHF flags of a recipe are not read there (they are the launcher's command line)."""
+    data = read_yaml_mapping(path, RecipeError)
+    if unknown := set(data) - set(SECTIONS):
+        raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}; expected agent, scheduler")
+    if problems := null_sections(data, path):
+        raise RecipeError("; ".join(problems))
+    try:
+        return RunConfig.model_validate({k: data[k] for k in ("agent", "scheduler") if k in data})
+    except ValidationError as exc:
+        raise RecipeError(f"{path}: {validation_problems(exc)}") from None
 
 
 def apply_override(recipe: dict, item: str) -> None:
     """`--set openrlhf.rollout.batch_size=64` or `--set agent.max_turns=16`; values are YAML."""
     key, value = parse_assignment(item, RecipeError)
     section, _, rest = key.partition(".")
-    if section == "openrlhf":
-        recipe.setdefault("openrlhf", {})[rest] = value  # OpenRLHF flags are dotted names, kept whole
+    if section == "openrlhf" and rest:
+        if not isinstance(recipe.get("openrlhf"), dict):
+            raise RecipeError(f"--set {key}: openrlhf is not a section")
+        recipe["openrlhf"][rest] = value  # OpenRLHF flags are dotted names, kept whole
         return
     set_dotted(recipe, key, value, RecipeError)
 
@@ -72,4 +225,5 @@ def openrlhf_argv(flags: dict) -> list[str]:
     return argv
 
 
-__all__ = ["ConfigError", "RecipeError", "apply_override", "load_recipe", "openrlhf_argv", "run_config"]
+__all__ = ["CheckedRecipe", "ConfigError", "Recipe", "RecipeError", "apply_override", "check_run", "load_recipe",
+           "openrlhf_argv", "read_run_file", "recipe_names", "resolve_recipe", "run_config"]

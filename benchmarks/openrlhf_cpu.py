@@ -1,7 +1,7 @@
 """OpenRLHF's stock async trainer vs async + partial rollout vs the streaming scheduler, through the real chain.
 
 One command: `python benchmarks/openrlhf_cpu.py`. Each mode is a full `asearcher train
-recipes/cpu_tiny.yaml --cpu` run (OpenRLHF 0.11.2's `train()`, its async trainer and actors, our
+cpu_tiny --cpu` run (OpenRLHF 0.11.2's `train()`, its async trainer and actors, our
 agent on the sample KB; see asearcher_plugin/openrlhf_cpu for what is replaced). The workload is
 a scheduling workload, not a model: the engines emit scripted turns, 1 to 64 per trajectory from a
 Pareto distribution, each but the last a real KB search (asearcher_plugin/openrlhf_cpu/scripted.py),
@@ -53,7 +53,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
             f"openrlhf.vllm.num_engines={args.engines}", f"openrlhf.train.async_queue_size={args.queue}",
             f"scheduler.max_staleness={args.eta}", f"openrlhf.ckpt.path={out / 'ckpt'}",
             f"openrlhf.ckpt.output_dir={out / 'final'}", f"scheduler.trace={out / 'trace.jsonl'}", *overrides]
-    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", str(ROOT / "recipes" / "cpu_tiny.yaml"), "--cpu"]
+    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
     started = time.time()
     proc = subprocess.run([*cmd, *[x for s in sets for x in ("--set", s)]], capture_output=True, text=True, env=env,
                           cwd=out)

@@ -77,9 +77,7 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
 
 
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
-    from pathlib import Path
-
-    recipe = Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml"
+    recipe = "cpu_tiny"  # the packaged recipe, by name
     hide = "import sys; sys.modules.update(dict.fromkeys(['openrlhf', 'vllm', 'deepspeed'])); "  # as if not installed
     out = subprocess.run([sys.executable, "-c", hide + "from asearcher_plugin.cli import main; main()",
                           "train", str(recipe), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=tmp_path)

@@ -52,3 +52,18 @@ def test_the_job_carries_the_config_and_runs_the_launcher():
     cmd = ray_job_command(["--train.async_enable"], config)
     assert "-- python -m asearcher_plugin.launch --train.async_enable" in cmd
     assert json.loads(runtime_env_vars(config)[RUN_CONFIG_ENV])["scheduler"]["on_stale"] == "restart"
+
+
+def test_flags_openrlhf_refuses_are_one_line_naming_the_flag(tmp_path):
+    run = tmp_path / "run.yaml"
+    run.write_text("agent: {max_turns: 3}\n")
+    proc = launch("--config", str(run), "--rollout.batchsize", "4")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: --rollout.batchsize: not a flag of OpenRLHF 0.11.2" in proc.stderr
+
+
+def test_a_packaged_recipe_serves_as_the_run_config():
+    from asearcher_plugin.recipe import resolve_recipe
+
+    config = config_for_launch(str(resolve_recipe("cpu_tiny")))  # its openrlhf flags are the launcher's argv instead
+    assert config.agent.max_turns == 4 and config.scheduler.max_staleness == 2

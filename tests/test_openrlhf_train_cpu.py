@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
 
-RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml"
+RECIPE = "cpu_tiny"  # the packaged recipe, by name
 N_PROMPTS, BATCH, SAMPLES, ETA, QUEUE = 6, 2, 2, 2, 1
 
 

@@ -2,7 +2,6 @@
 and `agent.prompt_template` loads a user's own, checked for unknown fields when the config loads."""
 
 import asyncio
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,6 +13,7 @@ import pytest
 from asearcher_plugin.agent.prompts import build_prompt, reasoning_prompt
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.env import AgentInstance
+from tests.wheel_helpers import build_and_install
 
 # The prompts as prompts.py held them before they moved to template files (commit 472c082), verbatim.
 OLD_SEARCH_R1 = (
@@ -104,23 +104,10 @@ def test_missing_template_file_is_named(tmp_path):
 
 def test_pip_install_ships_the_templates(tmp_path):
     """A wheel built from the project holds the template files, and the installed package renders from them."""
-    src = tmp_path / "src"
-    root = Path(__file__).resolve().parents[1]
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in ("asearcher_plugin", "local_retriever", "data_synth"):
-        shutil.copytree(root / name, src / name, ignore=ignore)
-    for name in ("setup.py", "README.md"):
-        shutil.copy(root / name, src / name)
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(src)], check=True, capture_output=True)
-    (wheel,) = wheels.glob("asearcher_plugin-*.whl")
+    wheel, target = build_and_install(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("search-r1", "asearcher", "asearcher-reasoning"):
         assert f"asearcher_plugin/agent/templates/{name}.txt" in names
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import asearcher_plugin.agent.prompts as p; "
              "assert p.__file__.startswith(sys.argv[1]), p.__file__; print(p.build_prompt('asearcher', 'Q?'), end='')")
     out = subprocess.run([sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True,

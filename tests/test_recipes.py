@@ -1,104 +1,141 @@
-"""Every recipe against the installed OpenRLHF 0.11.2: its own parser, types and argument checks."""
+"""Recipes: every packaged one against the installed OpenRLHF 0.11.2 (its own parser, types and argument checks),
+lookup by name or path, errors naming the file and the field, and the recipes shipped in the wheel."""
 
 import json
+import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
+import zipfile
 
 import pytest
 
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.launch import build_command
-from asearcher_plugin.openrlhf_args import RecipeFlagError, check_args, known_flags
-from asearcher_plugin.recipe import RecipeError, load_recipe, openrlhf_argv
-from asearcher_plugin.scheduler.settings import StreamingSettingsError, resolve_settings
+from asearcher_plugin.openrlhf_args import known_flags
+from asearcher_plugin.recipe import (RECIPE_DIR, Recipe, RecipeError, load_recipe, openrlhf_argv, recipe_names,
+                                     resolve_recipe)
+from tests.wheel_helpers import build_and_install
 
-RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
+RECIPES = recipe_names()
+BASE = "local_7b_1node"
 
 
 def test_there_are_the_recipes_users_expect():
-    assert {p.stem for p in RECIPES} >= {"local_7b_1node", "local_14b_2nodes", "local_7b_16nodes", "web_qwq32b", "cpu_tiny"}
+    assert set(RECIPES) >= {"local_7b_1node", "local_14b_2nodes", "local_7b_16nodes", "web_qwq32b", "cpu_tiny"}
+    assert resolve_recipe("cpu_tiny") == resolve_recipe("cpu_tiny.yaml") == RECIPE_DIR / "cpu_tiny.yaml"
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
-def test_recipe_is_accepted_by_openrlhf(path, tmp_path):
-    recipe = load_recipe(path)
-    assert {"description", "resources", "agent", "openrlhf"} <= set(recipe)
-    AgentConfig.model_validate(recipe["agent"])
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_is_accepted_by_openrlhf(name):
+    recipe = Recipe.load(name)
+    assert recipe.description and recipe.resources and recipe.source == str(RECIPE_DIR / f"{name}.yaml")
     flags = known_flags()
-    for name, value in recipe["openrlhf"].items():
-        assert f"--{name}" in flags, f"{path.name}: --{name} is not an OpenRLHF 0.11.2 flag"
-    argv, config = build_command(str(path), [])
-    args = check_args(argv)
+    for flag in recipe.openrlhf:
+        assert f"--{flag}" in flags, f"{name}: --{flag} is not an OpenRLHF 0.11.2 flag"
+    checked = recipe.check()
+    args, config = checked.args, recipe.run_config()
     assert args.train.agent_func_path.endswith("asearcher_plugin/env.py") and args.reward.remote_url == ["agent"]
     assert args.train.async_enable and args.train.partial_rollout_enable
     assert args.algo.advantage.is_correction_level == "token"  # rollout log-probs recorded for stale samples
     assert args.vllm.enable_prefix_caching  # every turn re-sends the trajectory
     assert not (args.data.apply_chat_template and config.agent.wrap_prompt)  # templated once
-    assert config.agent == AgentConfig.model_validate(recipe["agent"])
-    if recipe["resources"]["nodes"] > 1 and config.agent.tools.backend == "local":
+    if recipe.resources.nodes > 1 and config.agent.tools.backend == "local":
         # rollout engines on other nodes cannot reach a KB on "their" loopback
         assert not any(h in u for u in config.agent.tools.local.urls for h in ("127.0.0.1", "localhost"))
-    settings = resolve_settings(config.scheduler, args)
+    settings = checked.scheduler
     # streaming headroom: batches admitted beyond what OpenRLHF's queue holds
     assert settings.max_staleness - args.train.async_queue_size >= 1
     assert settings.max_concurrent >= (settings.max_staleness + 1) * args.rollout.batch_size
 
 
-def test_wrong_flags_are_refused_with_openrlhf_s_message():
-    base = RECIPES[0]
-    with pytest.raises(RecipeFlagError, match="invalid int value: 'many'"):
-        check_args(build_command(str(base), ["openrlhf.rollout.batch_size=many"])[0])
-    with pytest.raises(RecipeFlagError, match="unrecognized arguments: --rollout.batchsize"):
-        check_args(build_command(str(base), ["openrlhf.rollout.batchsize=4"])[0])
-    with pytest.raises(RecipeFlagError, match="partial_rollout_enable requires --train.async_enable"):
-        check_args(build_command(str(base), ["openrlhf.train.async_enable=false"])[0])
-    with pytest.raises(RecipeError, match="agent_type"):
-        load_recipe(base, ["agent.agent_type=magic"])
-    with pytest.raises(RecipeError, match="key=value"):
-        load_recipe(base, ["nonsense"])
+def test_a_recipe_by_path_and_the_dict_form(tmp_path):
+    own = tmp_path / "mine.yaml"
+    own.write_text((RECIPE_DIR / "cpu_tiny.yaml").read_text().replace("max_turns: 4", "max_turns: 7"))
+    assert Recipe.load(own).agent.max_turns == 7 and Recipe.load(str(own)).source == str(own)
+    # the sections as written, defaults not filled in (what `asearcher rollout` reads)
+    as_dict = load_recipe("cpu_tiny", ["agent.max_turns=5"])
+    assert as_dict["agent"]["max_turns"] == 5 and "wrap_prompt" not in as_dict["agent"]
+    assert as_dict["openrlhf"]["rollout.batch_size"] == 2
+
+
+@pytest.mark.parametrize("given, message", [
+    ("local_7b", "local_7b: unknown recipe; give a YAML path or one of the packaged recipes: cpu_tiny, "),
+    ("nowhere/cpu_tiny.yaml", "recipe file not found (the packaged 'cpu_tiny'?)"),
+    ("mine.yaml", "mine.yaml: recipe file not found; give a YAML path or one of the packaged recipes: "),
+])
+def test_an_unknown_recipe_lists_the_packaged_names(given, message):
+    with pytest.raises(RecipeError) as err:
+        Recipe.load(given)
+    assert message in str(err.value)
+    assert all(name in str(err.value) for name in RECIPES)
+
+
+@pytest.mark.parametrize("override, field, message", [
+    ("openrlhf.rollout.batch_size=many", "openrlhf.rollout.batch_size", "invalid int value: 'many'"),
+    ("openrlhf.rollout.batchsize=4", "openrlhf.rollout.batchsize",
+     "not a flag of OpenRLHF 0.11.2 (did you mean rollout.batch_size?)"),
+    ("openrlhf.train.async_enable=1", "openrlhf.train.async_enable", "a switch: give true or false, not 1"),
+    ("openrlhf.algo.advantage.estimator=grpo", "openrlhf.algo.advantage.estimator", "invalid choice: 'grpo'"),
+    ("openrlhf.train.async_enable=false", "", "partial_rollout_enable requires --train.async_enable"),
+    ("openrlhf.train.partial_rollout_enable=false", "", "partial_rollout_enable"),  # the scheduler's own check
+    ("openrlhf.train.async_queue_size=5", "scheduler.max_staleness", "=4 < --train.async_queue_size=5"),
+])
+def test_openrlhf_flags_are_checked_by_openrlhf_naming_file_and_field(override, field, message):
+    recipe = Recipe.load(BASE, [override])  # shapes are fine: only OpenRLHF's parser and checks can tell
+    with pytest.raises(RecipeError) as err:
+        recipe.check()
+    assert str(err.value).startswith(f"{RECIPE_DIR / BASE}.yaml: {field}"), str(err.value)
+    assert message in str(err.value)
+
+
+def test_streaming_needs_eta_at_least_the_queue():
+    with pytest.raises(RecipeError, match=r"max_staleness=2 < --train.async_queue_size=4"):
+        Recipe.load(BASE, ["openrlhf.train.async_queue_size=4", "scheduler.max_staleness=2"]).check()
+    checked = Recipe.load(BASE, ["scheduler.max_staleness=null", "openrlhf.train.async_queue_size=2"]).check()
+    assert checked.scheduler.max_staleness == 4  # default: queue + 2
+    assert Recipe.load(BASE, ["scheduler.enable=false"]).check().scheduler is None
 
 
 @pytest.mark.parametrize("override, message", [
-    ("scheduler.max_concurrent=abc", "scheduler.max_concurrent"),
+    ("scheduler.max_concurrent=abc", "scheduler.max_concurrent: Input should be a valid integer"),
     ("scheduler.max_concurrent=0", "scheduler.max_concurrent"),
     ("scheduler.max_staleness=-3", "scheduler.max_staleness"),
-    ("scheduler.max_stalenes=4", "max_stalenes"),
+    ("scheduler.max_stalenes=4", "scheduler.max_stalenes: Extra inputs are not permitted"),
     ("scheduler.on_stale=drop", "scheduler.on_stale"),
-    ("schedular.enable=true", "unknown section"),
+    ("schedular.enable=true", "unknown section(s) ['schedular']"),
+    ("agent.agent_type=magic", "agent.agent_type"),
+    ("resources.node=2", "resources.node: Extra inputs are not permitted"),
+    ("openrlhf.rollout={batch_size: 4}", "rollout: a flag's value is a number, a string, true/false or a list"),
+    ("openrlhf.--rollout.batch_size=4", "write a flag without its dashes"),
+    ("openrlhf=null", "--set: `openrlhf:` is empty"),
 ])
-def test_scheduler_section_is_validated(override, message):
-    with pytest.raises(RecipeError, match=message):
-        load_recipe(RECIPES[0], [override])
+def test_sections_are_validated_when_loaded_naming_file_and_field(override, message):
+    with pytest.raises(RecipeError) as err:
+        Recipe.load(BASE, [override])
+    assert message in str(err.value)
+    if not message.startswith("--set"):
+        assert str(err.value).startswith(f"{RECIPE_DIR / BASE}.yaml: ")
+
+
+def test_bad_set_syntax_is_named():
+    with pytest.raises(RecipeError, match="key=value"):
+        Recipe.load(BASE, ["nonsense"])
 
 
 def test_chat_template_applied_twice_is_refused():
-    web = next(p for p in RECIPES if p.stem == "web_qwq32b")
-    with pytest.raises(RecipeError, match="apply_chat_template"):
-        load_recipe(web, ["openrlhf.data.apply_chat_template=true"])
-    assert load_recipe(web, ["openrlhf.data.apply_chat_template=true", "agent.wrap_prompt=false"])
-
-
-def test_streaming_needs_partial_rollout_and_eta_at_least_the_queue():
-    base = RECIPES[0]
-    argv, config = build_command(str(base), ["openrlhf.train.partial_rollout_enable=false"])
-    with pytest.raises(StreamingSettingsError, match="partial_rollout_enable"):
-        resolve_settings(config.scheduler, check_args(argv))
-    argv, config = build_command(str(base), ["openrlhf.train.async_queue_size=4", "scheduler.max_staleness=2"])
-    with pytest.raises(StreamingSettingsError, match="max_staleness=2 < --train.async_queue_size=4"):
-        resolve_settings(config.scheduler, check_args(argv))
-    argv, config = build_command(str(base), ["scheduler.max_staleness=null", "openrlhf.train.async_queue_size=2"])
-    assert resolve_settings(config.scheduler, check_args(argv)).max_staleness == 4  # default: queue + 2
+    with pytest.raises(RecipeError, match="web_qwq32b.yaml: openrlhf.data.apply_chat_template"):
+        Recipe.load("web_qwq32b", ["openrlhf.data.apply_chat_template=true"])
+    assert Recipe.load("web_qwq32b", ["openrlhf.data.apply_chat_template=true", "agent.wrap_prompt=false"])
 
 
 def test_argv_rendering():
     assert openrlhf_argv({"a.b": True, "c": False, "d": [0.0, 5.0], "e": 3, "f": None}) == ["--a.b", "--d", "0.0", "5.0", "--e", "3"]
+    argv, config = build_command(BASE, ["agent.max_turns=16"])
+    assert argv == Recipe.load(BASE, ["agent.max_turns=16"]).argv() and config.agent.max_turns == 16
 
 
-def test_train_print_cmd_and_dry_run():
-    recipe = next(p for p in RECIPES if p.stem == "local_7b_1node")
-    cli = [sys.executable, "-m", "asearcher_plugin.cli", "train", str(recipe)]
+def test_train_print_cmd_and_dry_run_by_name():
+    cli = [sys.executable, "-m", "asearcher_plugin.cli", "train", BASE]
     out = subprocess.run([*cli, "--print-cmd", "--set", "agent.max_turns=16"], capture_output=True, text=True, check=True).stdout
     launcher, job = out.strip().splitlines()
     assert "python -m asearcher_plugin.launch" in launcher and "--train.agent_func_path" in launcher
@@ -110,4 +147,31 @@ def test_train_print_cmd_and_dry_run():
     ok = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True)
     assert ok.returncode == 0 and "accepted" in ok.stdout and "streaming scheduler: max_staleness 4" in ok.stdout
     bad = subprocess.run([*cli, "--dry-run", "--set", "openrlhf.rollout.batch_size=x"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "invalid int value" in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert f"{BASE}.yaml: openrlhf.rollout.batch_size: invalid int value: 'x'" in bad.stderr
+    unknown = subprocess.run([*cli[:-1], "local_7b", "--dry-run"], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "unknown recipe" in unknown.stderr and "local_7b_1node" in unknown.stderr
+
+
+def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):
+    """From a pip install, outside the checkout: `asearcher train local_7b_1node --dry-run` resolves and validates."""
+    wheel, target = build_and_install(tmp_path)
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"asearcher_plugin/recipes/{name}.yaml" for name in RECIPES} <= names
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASEARCHER_")}
+    env["PYTHONPATH"] = str(target)
+    probe = ("import asearcher_plugin.recipe as r; print(r.__file__); print(r.resolve_recipe('local_7b_1node')); "
+             "print(r.recipe_names())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=elsewhere,
+                         env=env).stdout.splitlines()
+    assert out[0].startswith(str(target)) and out[1] == str(target / "asearcher_plugin/recipes/local_7b_1node.yaml")
+    assert eval(out[2]) == RECIPES
+    dry = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--dry-run"],
+                         capture_output=True, text=True, cwd=elsewhere, env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"{target}/asearcher_plugin/recipes/local_7b_1node.yaml: " in dry.stdout and "accepted" in dry.stdout
+    assert f"{target}/asearcher_plugin/env.py" in subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--print-cmd"], capture_output=True,
+        text=True, check=True, cwd=elsewhere, env=env).stdout  # the installed agent file is the one OpenRLHF loads

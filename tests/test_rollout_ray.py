@@ -5,11 +5,12 @@ import subprocess
 import sys
 
 import yaml
-from pathlib import Path
+
+from asearcher_plugin.recipe import resolve_recipe
 
 
 def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):
-    recipe = yaml.safe_load((Path(__file__).resolve().parent.parent / "recipes" / "cpu_tiny.yaml").read_text())
+    recipe = yaml.safe_load(resolve_recipe("cpu_tiny").read_text())
     recipe["agent"]["tools"]["local"]["urls"] = [kb_server]
     recipe["agent"]["max_turns"] = 2
     recipe["agent"]["max_new_tokens_per_turn"] = 16
