@@ -1,4 +1,5 @@
-"""`asearcher train RECIPE`: a recipe (a packaged name or a YAML path) becomes an OpenRLHF run with the plugin's agent and scheduler.
+"""`asearcher train RECIPE`: a recipe (a packaged name or a YAML path) becomes an OpenRLHF run with the plugin's
+agent and scheduler.
 
 `python -m asearcher_plugin.launch --config run.yaml [--agent asearcher_plugin.env] <OpenRLHF flags>`
 does the same for users who keep their own flags; `run.yaml` holds `agent:` and `scheduler:`.
@@ -17,27 +18,14 @@ import os
 import runpy
 import shlex
 import sys
-from pathlib import Path
 
 from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 from .openrlhf_args import RecipeFlagError
-from .recipe import Recipe, check_run, read_run_file
+from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
 
 
 class LaunchError(ValueError):
     pass
-
-
-def agent_path(spec: str) -> str:
-    """`asearcher_plugin.env` (a module) or a path to a .py file -> the file OpenRLHF should load."""
-    if spec.endswith(".py"):
-        return str(Path(spec).resolve())
-    import importlib.util
-
-    found = importlib.util.find_spec(spec)
-    if found is None or not found.origin:
-        raise LaunchError(f"--agent {spec}: no such module")
-    return found.origin
 
 
 def build_command(recipe: str, overrides: list[str]) -> tuple[list[str], RunConfig]:
@@ -132,7 +120,7 @@ def main(args: list[str] | None = None) -> None:
         if "--train.agent_func_path" not in args:
             args += ["--train.agent_func_path", agent_path(agent)]
         run_openrlhf(args, config_for_launch(config), cpu=cpu)
-    except (LaunchError, RecipeFlagError) as exc:
+    except (LaunchError, RecipeError, RecipeFlagError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
 

@@ -107,9 +107,9 @@ class Recipe(BaseModel):
     def _templated_once(self) -> None:
         if self.openrlhf.get("data.apply_chat_template") and self.agent.wrap_prompt:
             raise RecipeError(f"{self.source}: openrlhf.data.apply_chat_template and agent.wrap_prompt would both "
-                              "template the prompt; the agent applies the chat template itself (feedback_style: chat), "
-                              "so drop data.apply_chat_template, or set agent.wrap_prompt: false for a dataset of "
-                              "ready prompts")
+                              "template the prompt; the agent applies the chat template itself (feedback_style: "
+                              "chat), so drop data.apply_chat_template, or set agent.wrap_prompt: false for a dataset "
+                              "of ready prompts")
 
     def run_config(self) -> RunConfig:
         """What travels with the run besides the flags (the agent and scheduler sections)."""
@@ -117,8 +117,6 @@ class Recipe(BaseModel):
 
     def argv(self) -> list[str]:
         """The OpenRLHF command line, with the plugin's agent file."""
-        from .launch import agent_path
-
         return openrlhf_argv(self.openrlhf) + ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
 
     def check(self) -> CheckedRecipe:
@@ -154,6 +152,18 @@ def check_run(argv: list[str], scheduler: SchedulerConfig):
     from .scheduler.settings import resolve_settings
 
     return args, resolve_settings(scheduler, args)
+
+
+def agent_path(spec: str) -> str:
+    """`asearcher_plugin.env` (a module) or a path to a .py file -> the file OpenRLHF should load."""
+    if spec.endswith(".py"):
+        return str(Path(spec).resolve())
+    import importlib.util
+
+    found = importlib.util.find_spec(spec)
+    if found is None or not found.origin:
+        raise RecipeError(f"--agent {spec}: no such module")
+    return found.origin
 
 
 def recipe_names() -> list[str]:
@@ -210,7 +220,8 @@ def apply_override(recipe: dict, item: str) -> None:
 
 
 def openrlhf_argv(flags: dict) -> list[str]:
-    """`{"train.async_enable": True, "rollout.batch_size": 128}` -> `["--train.async_enable", "--rollout.batch_size", "128"]`."""
+    """`{"train.async_enable": True, "rollout.batch_size": 128}` ->
+    `["--train.async_enable", "--rollout.batch_size", "128"]`; false and null leave a flag out."""
     argv: list[str] = []
     for name, value in flags.items():
         if value is None or value is False:
@@ -225,5 +236,5 @@ def openrlhf_argv(flags: dict) -> list[str]:
     return argv
 
 
-__all__ = ["CheckedRecipe", "ConfigError", "Recipe", "RecipeError", "apply_override", "check_run", "load_recipe",
-           "openrlhf_argv", "read_run_file", "recipe_names", "resolve_recipe", "run_config"]
+__all__ = ["CheckedRecipe", "ConfigError", "Recipe", "RecipeError", "agent_path", "apply_override", "check_run",
+           "load_recipe", "openrlhf_argv", "read_run_file", "recipe_names", "resolve_recipe", "run_config"]

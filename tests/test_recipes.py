@@ -129,14 +129,16 @@ def test_chat_template_applied_twice_is_refused():
 
 
 def test_argv_rendering():
-    assert openrlhf_argv({"a.b": True, "c": False, "d": [0.0, 5.0], "e": 3, "f": None}) == ["--a.b", "--d", "0.0", "5.0", "--e", "3"]
+    flags = {"a.b": True, "c": False, "d": [0.0, 5.0], "e": 3, "f": None}
+    assert openrlhf_argv(flags) == ["--a.b", "--d", "0.0", "5.0", "--e", "3"]
     argv, config = build_command(BASE, ["agent.max_turns=16"])
     assert argv == Recipe.load(BASE, ["agent.max_turns=16"]).argv() and config.agent.max_turns == 16
 
 
 def test_train_print_cmd_and_dry_run_by_name():
     cli = [sys.executable, "-m", "asearcher_plugin.cli", "train", BASE]
-    out = subprocess.run([*cli, "--print-cmd", "--set", "agent.max_turns=16"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([*cli, "--print-cmd", "--set", "agent.max_turns=16"], capture_output=True, text=True,
+                         check=True).stdout
     launcher, job = out.strip().splitlines()
     assert "python -m asearcher_plugin.launch" in launcher and "--train.agent_func_path" in launcher
     # the cluster form runs the launcher (which installs the scheduler), with the config in the job's runtime env
