@@ -59,8 +59,13 @@ setup(
                  # scripts/test.sh installs deepspeed itself without building its CUDA ops
                  "datasets", "peft", "torchdata", "einops", "hjson", "msgpack", "ninja", "py-cpuinfo",
                  "setuptools>=70", "wheel",
-                 "deptry>=0.25"],  # scripts/check_deps.py: imports against the lists above
+                 "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
+                 "import-linter>=2.1"],  # tests/test_layers.py: the import contracts in .importlinter
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["asearcher=asearcher_plugin.cli:main"]},
+    entry_points={
+        "console_scripts": ["asearcher=asearcher_plugin.cli:main"],
+        # sub-commands of `asearcher`, each registered by the package that owns it (asearcher_plugin/cli.py reads them)
+        "asearcher.commands": ["kb=local_retriever.cli:app", "synth=data_synth.cli:app"],
+    },
 )

@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import typer
 
-from local_retriever.cli import app as kb_app
+from local_retriever.options import deprecated, out_dir, split_list
 
 app = typer.Typer(help="Long-horizon search agents for OpenRLHF.", no_args_is_help=True)
-app.add_typer(kb_app, name="kb")
+
+# Other packages add their sub-commands (`kb` from local_retriever, `synth` from data_synth) through this
+# entry-point group, so this package imports neither: dependencies point one way (see .importlinter).
+COMMANDS_GROUP = "asearcher.commands"
+
+
+def register_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> None:
+    """Each entry point is a Typer app: one with a single command becomes that command, others a command group."""
+    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        sub = ep.load()
+        single = len(sub.registered_commands) == 1 and not sub.registered_groups and sub.registered_callback is None
+        if single:
+            command = sub.registered_commands[0]
+            root.command(ep.name, **{k: getattr(command, k) for k in ("help", "epilog", "hidden")})(command.callback)
+        else:
+            root.add_typer(sub, name=ep.name)
 
 
 @app.command()
 def quickstart(
-    workdir: str = typer.Option("runs", "--dir", help="where the KB, model, trajectories and report go"),
+    out: str = typer.Option(None, "--out", help="where the KB, model, trajectories and report go [default: runs]"),
+    legacy_dir: str = typer.Option(None, "--dir", hidden=True, help="deprecated spelling of --out"),
     port: int = typer.Option(5005, help="port of the knowledge-base server"),
     questions: int = typer.Option(20, help="built-in questions to evaluate"),
     k: int = typer.Option(2, help="runs per question"),
-    base_url: str = typer.Option(None, help="an OpenAI-compatible server for real answers, e.g. http://host:8000/v1"),
+    base_url: list[str] = typer.Option([], help="an OpenAI-compatible server for real answers, e.g. "
+                                                "http://host:8000/v1; repeatable, or comma-separated"),
     model: str = typer.Option("default", help="model name on that server"),
     tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
 ):
@@ -27,7 +46,8 @@ def quickstart(
 
     from asearcher_plugin.quickstart import run_quickstart
 
-    run_quickstart(Path(workdir), port, questions, k, base_url, model, tokenizer, Console(stderr=True))
+    workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
+    run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, Console(stderr=True))
 
 @app.command()
 def train(
@@ -75,7 +95,7 @@ def train(
 @app.command()
 def rollout(
     recipe: str = typer.Argument(..., help="a packaged recipe name or a recipe YAML; cpu_tiny runs on any laptop"),
-    out: str = typer.Option("runs/rollout/trajectories.jsonl", help="trajectories JSONL"),
+    out: str = typer.Option("runs/rollout", help="output folder; trajectories.jsonl is written there"),
     engines: int = typer.Option(2, help="CPU engine actors on Ray"),
     steps: int = typer.Option(3, help="batches to hand out"),
     set_: list[str] = typer.Option([], "--set", help="recipe override, as for `asearcher train`"),
@@ -98,31 +118,31 @@ def rollout(
         raise typer.Exit(2)
     from asearcher_plugin.recipe import run_config
 
+    from asearcher_plugin.local_inputs import MissingInput, ensure_local_inputs
+
     flags, sched = r["openrlhf"], run_config(r).scheduler
     model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
-    if model == Path("runs/tiny-model"):
-        from asearcher_plugin.engines.tiny_model import ensure_tiny_model
-
-        ensure_tiny_model(model)
-    if not data.exists() and data == Path("runs/sample_prompts.jsonl"):
-        from local_retriever.sample import load_sample_questions
-
-        data.parent.mkdir(parents=True, exist_ok=True)
-        data.write_text("".join(json.dumps(q) + "\n" for q in load_sample_questions()))
-    if not model.exists():
-        typer.echo(f"error: model not found: {model} (a local path; no model hub is used)", err=True)
+    if out.endswith(".jsonl"):  # the old `--out FILE`
+        deprecated("--out FILE.jsonl", "--out DIR (trajectories.jsonl is written there)")
+        out_file = Path(out)
+    else:
+        out_file = Path(out) / "trajectories.jsonl"
+    try:
+        ensure_local_inputs(model, data)
+    except MissingInput as exc:
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     prompts = load_prompts(data, flags.get("data.input_key", "input"), flags.get("data.label_key") or "label")
     from asearcher_plugin.scheduler import FatalRolloutError
 
     ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
-        result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, Path(out), engines,
+        result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, out_file, engines,
                                  int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
                                  steps, sched, int(flags.get("data.max_len", 2048)),
                                  float(flags.get("rollout.temperature", 1.0))))
     except KeyboardInterrupt:
-        typer.echo(f"interrupted: engines stopped; trajectories so far are in {out}", err=True)
+        typer.echo(f"interrupted: engines stopped; trajectories so far are in {out_file}", err=True)
         raise typer.Exit(130)
     except FatalRolloutError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -130,7 +150,7 @@ def rollout(
     finally:
         ray.shutdown()
     typer.echo(json.dumps(result))
-    typer.echo(f"trajectories written to {out}")
+    typer.echo(f"trajectories written to {out_file}")
 
 
 @app.command("eval")
@@ -139,145 +159,75 @@ def eval_cmd(
                                       "repeatable (default: sample, unless --data-dir is given)"),
     data_dir: str = typer.Option(None, "--data-dir", "--data_dir",
                                  help="ASearcher's layout: DIR/NAME/{split}.jsonl or .json, one folder per dataset"),
-    data_names: str = typer.Option(None, "--data-names", "--data_names",
-                                   help="with --data-dir: comma-separated folder names, e.g. GAIA,Frames"),
+    data_names: list[str] = typer.Option([], "--data-names", "--data_names",
+                                         help="with --data-dir: folder names, e.g. GAIA,Frames; repeatable, or "
+                                              "comma-separated"),
     split: str = typer.Option("test", help="with --data-dir: the file name inside each dataset folder"),
     out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
     k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
     hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
-    base_url: str = typer.Option(None, help="OpenAI-compatible server URL(s), comma-separated, e.g. http://host:8000/v1"),
+    base_url: list[str] = typer.Option([], help="OpenAI-compatible server URL, e.g. http://host:8000/v1; "
+                                                "repeatable, or comma-separated"),
     model: str = typer.Option("default", help="model name on the server"),
     tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
     agent_config: str = typer.Option(None, help="agent YAML (else $ASEARCHER_CONFIG, else defaults)"),
-    kb_url: str = typer.Option(None, help="knowledge-base server URL(s), overriding the agent config"),
-    concurrency: int = typer.Option(8),
+    kb_url: list[str] = typer.Option([], help="knowledge-base server URL, overriding the agent config; repeatable, "
+                                              "or comma-separated"),
+    set_: list[str] = typer.Option([], "--set", help="override the agent config, as for `asearcher train`: "
+                                                     "agent.max_turns=16, agent.tools.topk=5 (values are YAML)"),
+    concurrency: int = typer.Option(8, help="trajectories in flight"),
     max_length: int = typer.Option(8192, help="token budget per trajectory"),
-    temperature: float = typer.Option(0.6),
-    top_p: float = typer.Option(0.95),
+    temperature: float = typer.Option(0.6, help="sampling temperature"),
+    top_p: float = typer.Option(0.95, help="nucleus sampling threshold"),
     limit: int = typer.Option(None, help="questions per dataset"),
-    question_key: str = typer.Option(None),
-    answer_key: str = typer.Option(None),
+    question_key: str = typer.Option(None, help="dataset field holding the question [default: question]"),
+    answer_key: str = typer.Option(None, help="dataset field holding the gold answers [default: golden_answers]"),
 ):
     """Evaluate an agent: Avg@k / Pass@k with EM, F1, cover-EM, substring (and the judge if configured)."""
     import asyncio
     from pathlib import Path
 
-    from asearcher_plugin.config import ConfigError, load_config
+    from asearcher_plugin.config import ConfigError, load_config, override_agent_config
+    from asearcher_plugin.engines import make_engine
     from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets
     from asearcher_plugin.eval.runner import run_eval
 
-    if bool(data_dir) != bool(data_names):
+    base_urls, names = split_list(base_url), ",".join(split_list(data_names))
+    if bool(data_dir) != bool(names):
         typer.echo("error: --data-dir and --data-names go together", err=True)
         raise typer.Exit(2)
+    if bool(hf_model) == bool(base_urls):
+        typer.echo("error: give exactly one of --hf-model or --base-url", err=True)
+        raise typer.Exit(2)
     try:
-        config = load_config(agent_config)
-        named = asearcher_layout(data_dir, data_names, split) if data_dir else []
+        config = override_agent_config(load_config(agent_config), set_)
+        named = asearcher_layout(data_dir, names, split) if data_dir else []
         items = load_datasets(dataset or ([] if named else ["sample"]), question_key, answer_key, limit, named)
     except (ConfigError, DatasetError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     if kb_url:
-        config.tools.local.urls = [u.strip() for u in kb_url.split(",") if u.strip()]
-    if bool(hf_model) == bool(base_url):
-        typer.echo("error: give exactly one of --hf-model or --base-url", err=True)
-        raise typer.Exit(2)
-    if hf_model:
-        from asearcher_plugin.engines.hf import HFEngine
-
-        engine = HFEngine(hf_model)
-        tok = engine.tokenizer
-    else:
-        from transformers import AutoTokenizer
-
-        from asearcher_plugin.engines.openai import OpenAIEngine
-
-        tok = AutoTokenizer.from_pretrained(tokenizer or model)
-        engine = OpenAIEngine(base_url, model, tok)
+        config.tools.local.urls = split_list(kb_url)
+    engine, tok = make_engine(hf_model, base_urls, model, tokenizer)
     folder = asyncio.run(run_eval(items, config, engine, tok, Path(out), k, concurrency, max_length, temperature, top_p))
     typer.echo((folder / "summary.md").read_text())
     typer.echo(f"report: {(folder / 'report.html').resolve()}")
 
 
-SYNTH_EXAMPLE = """
-Example, from seeds to a training file (two served models and the sample KB):
-
-  asearcher kb build sample runs/sample-kb && asearcher kb serve runs/sample-kb --port 5005 &
-  vllm serve Qwen/QwQ-32B --port 8001 &  vllm serve Qwen/Qwen2.5-72B-Instruct --port 8002 &
-  asearcher synth runs/synth --seeds seeds.jsonl \\
-      --generator-url http://127.0.0.1:8001/v1 --generator-model Qwen/QwQ-32B \\
-      --judge-url http://127.0.0.1:8002/v1 --judge-model Qwen/Qwen2.5-72B-Instruct \\
-      --kb-url http://127.0.0.1:5005 --rounds 6 --k 8
-
-seeds.jsonl rows: {"question": "...", "answer": "..."} (or "golden_answers": [...]); --kb-dir DIR --pages N
-starts from random KB pages instead. Output in runs/synth: train.jsonl (question, answer, golden_answers,
-provenance; the keys the recipes read), items.jsonl (every round with its verdicts), stats.json, report.md.
-Re-running the same command resumes.
-"""
-
-
-@app.command(epilog=SYNTH_EXAMPLE)
-def synth(
-    out: str = typer.Argument(..., help="run folder (re-running resumes it)"),
-    seeds: str = typer.Option(None, help="seed QAs, JSONL with question and answer"),
-    kb_dir: str = typer.Option(None, help="a built KB to draw seed pages from (instead of --seeds)"),
-    pages: int = typer.Option(100, help="pages drawn with --kb-dir"),
-    config: str = typer.Option(None, help="synthesis YAML (every field of data_synth/config.py)"),
-    set_: list[str] = typer.Option([], "--set", help="override a config field, e.g. judge.model=qwen or k=4"),
-    generator_url: list[str] = typer.Option([], help="generator endpoint base URL; repeat for several"),
-    generator_model: str = typer.Option(None),
-    judge_url: list[str] = typer.Option([], help="judge endpoint base URL; repeat for several"),
-    judge_model: str = typer.Option(None),
-    kb_url: list[str] = typer.Option([], help="knowledge-base server URL for injection searches; repeatable"),
-    rounds: int = typer.Option(None, help="injection/fuzzing rounds per seed"),
-    k: int = typer.Option(None, help="tool-free answers per difficulty check"),
-    concurrency: int = typer.Option(None, help="seeds in flight (per Ray task with --ray-address)"),
-    ray_address: str = typer.Option(None, help="run in shards on Ray: `auto`, `ray://host:10001`, or `local`"),
-    limit: int = typer.Option(None, help="use only the first N seeds"),
-):
-    """Synthesise hard, grounded questions: injection and fuzzing rounds, each validated."""
-    import json
-    from pathlib import Path
-
-    from asearcher_plugin.config import parse_assignment
-    from data_synth.config import SynthConfigError, load_synth_config
-    from data_synth.run import run_synth
-    from data_synth.sources import SeedError, kb_page_seeds, load_seeds
-
-    if bool(seeds) == bool(kb_dir):
-        typer.echo("error: give exactly one of --seeds or --kb-dir", err=True)
-        raise typer.Exit(2)
-    flags = {"generator.base_urls": generator_url or None, "generator.model": generator_model,
-             "judge.base_urls": judge_url or None, "judge.model": judge_model, "tools.local.urls": kb_url or None,
-             "rounds": rounds, "k": k, "concurrency": concurrency}
-    try:
-        overrides = dict(parse_assignment(item, SynthConfigError) for item in set_)
-        overrides.update({key: v for key, v in flags.items() if v is not None})
-        cfg = load_synth_config(config, overrides)
-        if seeds:
-            items, problems = load_seeds(seeds)
-            for p in problems[:20]:
-                typer.echo(f"skipped {p}", err=True)
-        else:
-            items = kb_page_seeds(kb_dir, pages)
-    except (SynthConfigError, SeedError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    stats = run_synth(items[:limit] if limit else items, cfg, Path(out), ray_address)
-    typer.echo((Path(out) / "report.md").read_text())
-    typer.echo(json.dumps({"emitted": stats["emitted"], "train": str(Path(out) / "train.jsonl")}))
-
-
 @app.command("make-tiny-model")
 def make_tiny_model_cmd(
-    out_dir: str = typer.Argument(..., help="folder to write the model and tokenizer to"),
+    out: str = typer.Option(None, "--out", help="folder to write the model and tokenizer to"),
+    legacy_out: str = typer.Argument(None, hidden=True, help="deprecated: the folder as a positional"),
     seed: int = typer.Option(0, help="weight initialisation seed"),
 ):
     """A tiny random Qwen2-architecture model with a tokenizer trained on the bundled sample (no hub needed)."""
     from asearcher_plugin.engines.tiny_model import make_tiny_model
 
-    path = make_tiny_model(out_dir, seed=seed)
+    path = make_tiny_model(out_dir(out, legacy_out, "the positional output folder"), seed=seed)
     typer.echo(str(path))
 
+
+register_commands(app)
 
 # Modules that only an extra installs: a command that reaches one without it says which extra, in one line.
 EXTRA_MODULES = {"openrlhf": "train", "vllm": "train", "deepspeed": "train", "flash_attn": "train"}

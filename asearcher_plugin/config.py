@@ -249,6 +249,23 @@ def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
 def load_run_config_env() -> RunConfig:
     import json
 
+def override_agent_config(config: AgentConfig, items: list[str]) -> AgentConfig:
+    """`--set agent.a.b=value` (the grammar of `asearcher train --set`) applied to `config`, then the whole config
+    validated again, so an unknown key or a bad value is refused before any work starts."""
+    if not items:
+        return config
+    data = config.model_dump(exclude_unset=True)
+    for item in items:
+        key, value = parse_assignment(item)
+        if not key.startswith("agent.") or key == "agent.":
+            raise ConfigError(f"--set {key}: only agent.* keys apply here, e.g. agent.max_turns=16")
+        set_dotted(data, key.removeprefix("agent."), value)
+    try:
+        return AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"--set: {validation_problems(exc).replace(chr(10), ' ')}") from None
+
+
     raw = os.environ.get(RUN_CONFIG_ENV, "")
     try:
         return RunConfig.model_validate(json.loads(raw))

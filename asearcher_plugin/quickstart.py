@@ -15,16 +15,17 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: str | None, model: str,
+def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: list[str] | None, model: str,
                    tokenizer: str | None, console: Console) -> Path:
     import ray
 
     from local_retriever.build import build_kb
     from local_retriever.manifest import MANIFEST_FILE
-    from local_retriever.quickstart import start_server, wait_healthy
+    from local_retriever.server_process import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions, sample_dump_path
 
     from .config import AgentConfig, SchedulerConfig
+    from .engines import make_engine
     from .engines.tiny_model import make_tiny_model
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval
@@ -45,7 +46,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
 
         console.rule("2/4 model")
         if base_url:
-            console.print(f"using the served model {model} at {base_url}")
+            console.print(f"using the served model {model} at {', '.join(base_url)}")
         elif not (tiny / "config.json").is_file():
             make_tiny_model(tiny)
             console.print(f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)")
@@ -70,18 +71,7 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: s
         console.rule("4/4 evaluation and report")
         config = AgentConfig.model_validate(agent)
         items = load_dataset("sample", limit=questions)
-        if base_url:
-            from transformers import AutoTokenizer
-
-            from .engines.openai import OpenAIEngine
-
-            tok = AutoTokenizer.from_pretrained(tokenizer or model)
-            engine = OpenAIEngine(base_url, model, tok)
-        else:
-            from .engines.hf import HFEngine
-
-            engine = HFEngine(str(tiny))
-            tok = engine.tokenizer
+        engine, tok = make_engine(None if base_url else str(tiny), base_url, model, tokenizer)
         out = asyncio.run(run_eval(items, config, engine, tok, workdir / "eval", k=k, concurrency=4, max_length=1024))
         metrics = json.loads((out / "metrics.json").read_text())
         f1 = metrics["datasets"]["overall"].get("f1", {})

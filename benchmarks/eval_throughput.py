@@ -58,8 +58,7 @@ def main() -> None:
     from asearcher_plugin.eval.runner import run_eval
     import subprocess
 
-    from local_retriever.quickstart import wait_until_up
-    from tests.http_helpers import free_port
+    from local_retriever.server_process import free_port, wait_until_up
 
     model = ensure_tiny_model("runs/tiny-model")
     tok = AutoTokenizer.from_pretrained(model)

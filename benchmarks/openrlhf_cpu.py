@@ -100,7 +100,7 @@ def main() -> None:
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.quickstart import start_server, wait_healthy
+    from local_retriever.server_process import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions
 
     work = Path(args.work).resolve()

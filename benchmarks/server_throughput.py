@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.readme_table import publish  # noqa: E402
 from local_retriever.build import BuildOptions, build_kb, ensure_sample_kb  # noqa: E402
 from local_retriever.manifest import MANIFEST_FILE, Manifest  # noqa: E402
-from local_retriever.quickstart import wait_healthy  # noqa: E402
+from local_retriever.server_process import wait_healthy  # noqa: E402
 from local_retriever.sample import load_sample_questions  # noqa: E402
 
 

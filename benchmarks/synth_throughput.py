@@ -1,7 +1,7 @@
 """Synthesis throughput against the scripted chat server with a fixed delay per call.
 
 One command: `python benchmarks/synth_throughput.py [--delay 0.1] [--seeds 32]`. The scripted server
-(tests/fake_llm.py, in its own process) answers every chat call after `delay` seconds and the sample KB
+(data_synth/scripted_chat.py, in its own process) answers every chat call after `delay` seconds and the sample KB
 server (its own process too) serves the injection searches. Each seed takes about a dozen sequential
 model calls (seed check, two injections with their validation), so one seed in flight is bounded by
 latency; the table shows how the speed grows with the seeds in flight.
@@ -29,10 +29,10 @@ KB = Path("runs/sample-kb")
 def _serve(port: int, seeds_file: str, delay: float) -> None:
     import uvicorn
 
-    from tests.fake_llm import FakeLLM
+    from data_synth.scripted_chat import ScriptedChat
 
     gold = {json.loads(line)["question"]: json.loads(line)["answer"] for line in open(seeds_file)}
-    uvicorn.run(FakeLLM(gold=gold, delay=delay).app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(ScriptedChat(gold=gold, delay=delay).app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 def main() -> None:
@@ -50,9 +50,8 @@ def main() -> None:
     from data_synth.config import load_synth_config
     from data_synth.run import run_synth
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.quickstart import start_server, wait_healthy, wait_until_up
     from local_retriever.sample import load_sample_questions
-    from tests.http_helpers import free_port
+    from local_retriever.server_process import free_port, start_server, wait_healthy, wait_until_up
 
     ensure_sample_kb(KB)
     questions = load_sample_questions()

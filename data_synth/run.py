@@ -69,7 +69,7 @@ def run_synth(seeds: list[dict], cfg: SynthConfig, out_dir: Path, ray_address: s
         if ray_address:
             from .ray_shards import run_on_ray
 
-            run_on_ray(cfg, todo, ray_address, shard_size, lambda results: [on_result(r) for r in results])
+            run_on_ray(run_items, cfg, todo, ray_address, shard_size, lambda results: [on_result(r) for r in results])
         else:
             asyncio.run(run_items(cfg, todo, on_result))
     finally:

@@ -1,6 +1,7 @@
 """A local server speaking the OpenAI chat-completions wire format with scripted, prompt-driven replies.
 
-It plays both synthesis models. Its rules are simple enough for tests to predict: injections add
+It plays both synthesis models, so `asearcher synth` runs offline: for demos, tests and benchmarks
+(`python -m data_synth.scripted_chat --port 8001`, then `--generator-url/--judge-url http://127.0.0.1:8001/v1`). Its rules are simple enough for tests to predict: injections add
 "(clue: ...)" clauses quoting a retrieved passage, fuzzing hides a year or a name, and the tool-free
 "strong model" knows the answer to a question with no clue, half the time with one, never with two.
 Markers in a question trigger failures: BADQUALITY, AMBIGUOUS, CHANGEANSWER. `faults` maps a task
@@ -30,7 +31,7 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) >= 5]
 
 
-class FakeLLM:
+class ScriptedChat:
     def __init__(self, faults: dict[str, list[str]] | None = None, gold: dict[str, str] | None = None,
                  delay: float = 0.0):
         self.delay = delay  # seconds per call, as a served model would take
@@ -139,3 +140,25 @@ class FakeLLM:
     def uniqueness(self, prompt: str, _: int) -> str:
         valid = "AMBIGUOUS" in _field(prompt, "Question") and _field(prompt, "Other answer") == "Berlin"
         return json.dumps({"also_valid": valid, "reason": "Berlin fits too" if valid else "does not fit"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description="Serve the scripted synthesis models on /v1/chat/completions.")
+    ap.add_argument("--port", type=int, default=8001, help="port on 127.0.0.1")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds before each reply, as a served model takes")
+    ap.add_argument("--seeds", default=None, help="seed JSONL whose question/answer pairs the strong model knows")
+    args = ap.parse_args(argv)
+    gold = {}
+    if args.seeds:
+        with open(args.seeds, encoding="utf-8") as f:
+            gold = {row["question"]: row["answer"] for row in map(json.loads, f) if "question" in row}
+    uvicorn.run(ScriptedChat(gold=gold, delay=args.delay).app, host="127.0.0.1", port=args.port, log_level="warning",
+                access_log=False)
+
+
+if __name__ == "__main__":
+    main()

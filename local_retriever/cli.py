@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -12,9 +13,35 @@ from rich.console import Console
 from rich.table import Table
 
 from .encoder import DEFAULT_ENCODER, EncoderConfig
+from .options import out_dir, split_list
 
 app = typer.Typer(help="Local knowledge base: build, serve and query a Wikipedia-style corpus.", no_args_is_help=True)
 console = Console(stderr=True)
+
+
+# Choices as enums: click refuses a typo before any work starts, and --help lists the values.
+class SourceFormat(str, Enum):
+    auto = "auto"
+    jsonl = "jsonl"
+    xml = "xml"
+
+
+class EncoderPreset(str, Enum):
+    auto = "auto"
+    e5 = "e5"
+    none = "none"
+
+
+class Pooling(str, Enum):
+    auto = "auto"
+    mean = "mean"
+    cls = "cls"
+
+
+class Retriever(str, Enum):
+    dense = "dense"
+    bm25 = "bm25"
+    hybrid = "hybrid"
 
 
 def _fail(message: str) -> None:
@@ -26,14 +53,16 @@ def _fail(message: str) -> None:
 def build(
     source: str = typer.Argument(..., help="corpus: JSONL ({id, contents} or {id, title, text, url}), "
                                            "a MediaWiki dump (.xml/.xml.bz2), or `sample` for the bundled Wikipedia sample"),
-    out: Path = typer.Argument(..., help="knowledge-base folder to create"),
-    fmt: str = typer.Option("auto", "--format", help="auto | jsonl | xml"),
+    out: Optional[Path] = typer.Option(None, "--out", help="knowledge-base folder to create"),
+    legacy_out: Optional[Path] = typer.Argument(None, hidden=True, help="deprecated: the folder as a positional"),
+    fmt: SourceFormat = typer.Option(SourceFormat.auto, "--format", help="corpus format; auto goes by the file name"),
     encoder: str = typer.Option(DEFAULT_ENCODER, help="HF model id or local folder of the dense encoder, or a preset: "
                                                       "e5-base-v2, e5-small-v2, e5-large-v2"),
-    encoder_preset: str = typer.Option("auto", help="auto (e5 when the model's name says so) | e5 (mean pooling, "
-                                                    "'query: ' / 'passage: ') | none; explicit options below win"),
-    pooling: Optional[str] = typer.Option(None, help="auto (from the model folder) | mean | cls [default: auto, "
-                                                     "mean for e5]"),
+    encoder_preset: EncoderPreset = typer.Option(EncoderPreset.auto, help="auto (e5 when the model's name says "
+                                                 "so) | e5 (mean pooling, 'query: ' / 'passage: ') | none; explicit "
+                                                 "options below win"),
+    pooling: Optional[Pooling] = typer.Option(None, help="auto (from the model folder) | mean | cls [default: auto, "
+                                                         "mean for e5]"),
     normalize: bool = typer.Option(True, help="L2-normalise embeddings (inner product = cosine)"),
     max_length: int = typer.Option(256, help="encoder max tokens per passage/query"),
     query_prefix: Optional[str] = typer.Option(None, help="prepended to queries [default: '', 'query: ' for e5]"),
@@ -54,9 +83,11 @@ def build(
     from .build import BuildOptions, build_kb
     from .corpus import MalformedLine
 
+    out = Path(out_dir(out, legacy_out, "the positional output folder"))
     src = _sample_source() if source == "sample" else Path(source)
     try:
-        enc = EncoderConfig.from_options(encoder, encoder_preset, pooling=pooling, normalize=normalize,
+        enc = EncoderConfig.from_options(encoder, encoder_preset.value, pooling=pooling and pooling.value,
+                                         normalize=normalize,
                                          max_length=max_length, query_prefix=query_prefix,
                                          passage_prefix=passage_prefix, batch_size=batch_size)
     except ValueError as exc:  # pydantic's ValidationError is one
@@ -65,7 +96,7 @@ def build(
                         shard_size=shard_size, passage_words=passage_words, import_faiss=import_faiss,
                         pages_jsonl=pages, keep_embeddings=keep_embeddings, force=force)
     try:
-        manifest, report = build_kb(src, out, fmt, opts)  # type: ignore[arg-type]
+        manifest, report = build_kb(src, out, fmt.value, opts)  # type: ignore[arg-type]
     except (MalformedLine, FileNotFoundError, FileExistsError, ValueError) as exc:
         _fail(str(exc))
     table = Table(title=f"built {out}")
@@ -88,18 +119,18 @@ def _sample_source() -> Path:
 def serve(
     kb_dir: Path = typer.Argument(..., help="knowledge-base folder made by `asearcher kb build`"),
     host: str = typer.Option("127.0.0.1", help="address to listen on; 0.0.0.0 for every interface (other nodes)"),
-    port: int = typer.Option(5005),
+    port: int = typer.Option(5005, help="port to listen on"),
     save_address_to: Optional[Path] = typer.Option(
         None, "--save-address-to", help="folder to write Host{ip}_IP{port}.txt holding ip:port once serving, as "
         "ASearcher's clients expect in $RAG_SERVER_ADDR_DIR; removed at shutdown"),
-    retriever: str = typer.Option("dense", help="dense | bm25 | hybrid (reciprocal rank fusion)"),
+    retriever: Retriever = typer.Option(Retriever.dense, help="hybrid: reciprocal rank fusion of dense and bm25"),
     ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
     nprobe: Optional[int] = typer.Option(None, help="IVF nprobe (recall vs speed)"),
     mmap_index: bool = typer.Option(False, help="memory-map the FAISS index instead of reading it into RAM"),
     int8_queries: bool = typer.Option(False, help="encode queries with an int8-quantised encoder (CPU, ~2.5x faster)"),
     threads: Optional[int] = typer.Option(None, help="CPU threads for the encoder and FAISS (default: all cores)"),
-    default_topk: int = typer.Option(3),
-    max_topk: int = typer.Option(100),
+    default_topk: int = typer.Option(3, help="hits per query when a request names no topk"),
+    max_topk: int = typer.Option(100, help="largest topk a request may ask for (422 beyond)"),
     max_queries: int = typer.Option(512, help="queries per request"),
     max_query_chars: int = typer.Option(2048, help="longer queries are truncated"),
     max_batch: int = typer.Option(128, help="micro-batch size limit (queries)"),
@@ -115,18 +146,16 @@ def serve(
     from .server import ServerLimits
     from .server import serve as run
 
-    if retriever not in ("dense", "bm25", "hybrid"):
-        _fail(f"unknown retriever {retriever!r}; choose dense, bm25 or hybrid")
     try:
         limits = ServerLimits(default_topk=default_topk, max_topk=max_topk, max_queries=max_queries,
                               max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms,
                               max_body_bytes=max_body_bytes, header_timeout_s=header_timeout,
                               body_timeout_s=body_timeout, keep_alive_s=keep_alive, max_connections=max_connections)
-        kb = KnowledgeBase(kb_dir, retriever, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index,
+        kb = KnowledgeBase(kb_dir, retriever.value, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index,
                            int8_queries=int8_queries)  # type: ignore[arg-type]
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
-    console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever}) on http://{host}:{port}")
+    console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever.value}) on http://{host}:{port}")
     if save_address_to is None:
         run(kb, host, port, limits, threads)
         return
@@ -140,15 +169,16 @@ def serve(
 @app.command()
 def query(
     questions: list[str] = typer.Argument(..., help="one or more queries"),
-    url: str = typer.Option("http://127.0.0.1:5005", help="server URL(s), comma-separated"),
-    topk: int = typer.Option(3),
+    url: list[str] = typer.Option(["http://127.0.0.1:5005"], help="server URL; repeatable, or comma-separated "
+                                                                  "(requests fail over between them)"),
+    topk: int = typer.Option(3, help="hits per query"),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON result"),
 ):
     """Query a running server and print the hits."""
     from .client import RetrievalClient
 
     async def go():
-        async with RetrievalClient(url) as client:
+        async with RetrievalClient(split_list(url)) as client:
             return await client.retrieve(list(questions), topk=topk, return_scores=True)
 
     result = asyncio.run(go())
@@ -173,15 +203,18 @@ def _print_hits(question: str, hits: list[dict]) -> None:
 
 @app.command()
 def quickstart(
-    kb_dir: Path = typer.Option(Path("runs/sample-kb"), "--dir", help="where the sample knowledge base is built"),
-    port: int = typer.Option(5005),
-    retriever: str = typer.Option("hybrid", help="dense | bm25 | hybrid"),
+    out: Optional[Path] = typer.Option(None, "--out", help="where the sample knowledge base is built "
+                                                           "[default: runs/sample-kb]"),
+    legacy_dir: Optional[Path] = typer.Option(None, "--dir", hidden=True, help="deprecated spelling of --out"),
+    port: int = typer.Option(5005, help="port of the knowledge-base server"),
+    retriever: Retriever = typer.Option(Retriever.hybrid, help="hybrid: reciprocal rank fusion of dense and bm25"),
     keep_serving: bool = typer.Option(False, help="leave the server running after the demo queries"),
 ):
     """Build the bundled Wikipedia sample KB, serve it, and ask it the sample questions."""
     from .quickstart import run_quickstart
 
-    run_quickstart(kb_dir, port, retriever, keep_serving, console)
+    kb_dir = Path(out_dir(out and str(out), legacy_dir and str(legacy_dir), "--dir", "runs/sample-kb"))
+    run_quickstart(kb_dir, port, retriever.value, keep_serving, console)
 
 
 if __name__ == "__main__":

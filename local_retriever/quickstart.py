@@ -3,41 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from .recall import recall_at_k
-
-
-def start_server(kb_dir: Path, port: int, retriever: str, extra: list[str] = (), log=None) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "local_retriever.cli", "serve", str(kb_dir), "--port", str(port), "--retriever", retriever, *extra]
-    return subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
-
-
-def wait_until_up(proc: subprocess.Popen, probe, what: str, timeout: float = 120.0):
-    """`probe()`'s result once it stops raising httpx errors; fails fast if `proc` exits first."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode} before becoming healthy")
-        try:
-            return probe()
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise TimeoutError(f"{what} not healthy after {timeout:.0f}s")
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> dict:
-    import httpx
-
-    return wait_until_up(proc, lambda: httpx.get(f"{url}/health", timeout=2).json(), f"server at {url}", timeout)
+from .server_process import start_server, wait_healthy
 
 
 def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, console: Console) -> dict:

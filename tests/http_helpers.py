@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 
 import uvicorn
 
+from local_retriever.server_process import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "serve_app"]
 
 
 @contextlib.contextmanager

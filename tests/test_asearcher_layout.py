@@ -190,7 +190,7 @@ def test_kb_from_asearcher_files_served_and_found_by_its_clients(tmp_path):
     model = tmp_path / "intfloat__e5-base-v2"
     model.symlink_to(default_encoder_path(), target_is_directory=True)
     kb = tmp_path / "kb"
-    built = subprocess.run([sys.executable, "-m", "local_retriever.cli", "build", str(corpus), str(kb), "--pages",
+    built = subprocess.run([sys.executable, "-m", "local_retriever.cli", "build", str(corpus), "--out", str(kb), "--pages",
                             str(pages), "--encoder", str(model), "--no-bm25"], capture_output=True, text=True,
                            timeout=600)
     assert built.returncode == 0, built.stderr[-2000:]

@@ -70,7 +70,7 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def _argv(corpus: Path, out: Path) -> list[str]:
-    return ["build", str(corpus), str(out), "--shard-size", str(SHARD), "--force"]
+    return ["build", str(corpus), "--out", str(out), "--shard-size", str(SHARD), "--force"]
 
 
 def _opts() -> BuildOptions:

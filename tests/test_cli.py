@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from local_retriever.quickstart import start_server, wait_healthy
-from tests.http_helpers import free_port
+from local_retriever.server_process import free_port, start_server, wait_healthy
+from tests.test_eval_items import model_server  # noqa: F401  (fixture: a scripted model server)
 
 CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
 
@@ -16,24 +16,52 @@ def run(*args, timeout=600):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
+def flat(text: str) -> str:
+    """Typer's error box as one line: a message wrapped at the terminal width reads whole again."""
+    return " ".join(text.replace("│", " ").split())
+
+
 def test_build_reports_skipped_lines_and_strict_fails_with_line_number(tmp_path):
     src = tmp_path / "corpus.jsonl"
     src.write_text('{"id": "0", "contents": "\\"Luanda\\"\\nLuanda is the capital of Angola."}\n{broken\n'
                    '{"id": "1", "title": "Oslo", "text": "Oslo is the capital of Norway."}\n')
-    ok = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")
+    ok = run("kb", "build", str(src), "--out", str(tmp_path / "kb"), "--no-dense")
     assert ok.returncode == 0, ok.stderr
     assert "skipped_lines" in ok.stderr and "corpus.jsonl:2: invalid JSON" in ok.stderr
-    strict = run("kb", "build", str(src), str(tmp_path / "kb2"), "--no-dense", "--strict")
+    strict = run("kb", "build", str(src), "--out", str(tmp_path / "kb2"), "--no-dense", "--strict")
     assert strict.returncode == 2 and "corpus.jsonl:2" in strict.stderr and "Traceback" not in strict.stderr
-    again = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")
+    again = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")  # the deprecated positional
     assert again.returncode == 2 and "--force" in again.stderr
+    assert "note: the positional output folder is deprecated; use --out DIR" in again.stderr
 
 
 def test_serve_refuses_bad_arguments_clearly(tmp_path):
     missing = run("kb", "serve", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "not a knowledge base" in missing.stderr
     bad = run("kb", "serve", str(tmp_path), "--retriever", "magic")
-    assert bad.returncode == 2 and "unknown retriever 'magic'" in bad.stderr
+    assert bad.returncode == 2 and "'magic' is not one of 'dense', 'bm25', 'hybrid'" in flat(bad.stderr)
+
+
+@pytest.mark.parametrize("command, typo", [
+    (["kb", "quickstart", "--retriever", "hybird", "--port", "1"], "hybird"),
+    (["kb", "build", "sample", "--format", "jsonx"], "jsonx"),
+    (["kb", "build", "sample", "--encoder-preset", "e6"], "e6"),
+    (["kb", "build", "sample", "--pooling", "max"], "max"),
+])
+def test_a_typo_in_a_choice_is_refused_before_any_work(tmp_path, command, typo):
+    out = tmp_path / "kb"
+    result = run(*command, "--out", str(out), timeout=120)
+    assert result.returncode == 2 and "Invalid value for" in result.stderr, result.stderr[-2000:]
+    assert f"'{typo}' is not one of" in flat(result.stderr)
+    assert not out.exists()  # refused before the build started
+
+
+def test_several_urls_are_a_repeated_flag_or_commas_alike():
+    from local_retriever.options import split_list
+
+    assert split_list(["http://a:1,http://b:2", " http://c:3 "]) == ["http://a:1", "http://b:2", "http://c:3"]
+    assert split_list(["http://a:1", "http://b:2"]) == split_list(["http://a:1,http://b:2"])
+    assert split_list([]) == split_list(None) == split_list([" , "]) == []
 
 
 def test_serve_and_query_processes(sample_kb):
@@ -47,6 +75,12 @@ def test_serve_and_query_processes(sample_kb):
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result[0][0]["document"]["title"] == "A Modest Proposal"
+        # a dead server first, given either way: the client fails over to the live one in both spellings
+        dead = f"http://127.0.0.1:{free_port()}"
+        for urls in (["--url", f"{dead},{url}"], ["--url", dead, "--url", url]):
+            again = run("kb", "query", "Who wrote A Modest Proposal?", *urls, "--topk", "2", "--json")
+            assert again.returncode == 0, again.stderr
+            assert json.loads(again.stdout) == result
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -57,7 +91,7 @@ def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path)
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
-    out = run("kb", "quickstart", "--dir", str(kb), "--port", str(free_port()), "--retriever", "bm25")
+    out = run("kb", "quickstart", "--out", str(kb), "--port", str(free_port()), "--retriever", "bm25")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
     assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in out.stderr
@@ -67,7 +101,8 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
     import shutil
 
     shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
-    out = run("quickstart", "--dir", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900)
+    out = run("quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1",
+              timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     rollout = (tmp_path / "rollout" / "trajectories.jsonl").read_text().splitlines()
     assert len(rollout) == 3 * 2 * 2
@@ -104,3 +139,40 @@ def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, ca
     monkeypatch.setattr(cli, "app", broken_install)
     with pytest.raises(ModuleNotFoundError):  # a base dependency missing is a broken install: the traceback stays
         cli.main()
+
+
+def test_eval_set_overrides_the_agent_config_and_is_validated():
+    from asearcher_plugin.config import AgentConfig, ConfigError, override_agent_config
+
+    base = AgentConfig(max_turns=4)
+    cfg = override_agent_config(base, ["agent.max_turns=16", "agent.tools.local.urls=[http://a:1, http://b:2]"])
+    assert cfg.max_turns == 16 and cfg.tools.local.urls == ["http://a:1", "http://b:2"] and base.max_turns == 4
+    for item, problem in [("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
+                          ("agent.max_trns=3", "max_trns: Extra inputs are not permitted"),
+                          ("scheduler.max_staleness=2", "only agent.* keys apply here"),
+                          ("agent.max_turns", "--set expects key=value")]:
+        with pytest.raises(ConfigError, match=problem):
+            override_agent_config(base, [item])
+
+
+@pytest.mark.parametrize("item, problem", [("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
+                                           ("agent.tools.topk=0", "tools.topk: Input should be greater than")])
+def test_eval_refuses_a_bad_set_before_loading_anything(tmp_path, item, problem):
+    out = run("eval", "--hf-model", str(tmp_path / "no-model"), "--set", item, "--out", str(tmp_path / "eval"),
+              timeout=120)
+    assert out.returncode == 2 and problem in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "eval").exists()
+
+
+def test_eval_set_is_applied_to_the_run(tmp_path, model_server):  # noqa: F811 (the fixture imported above)
+    from tests.test_eval_items import GAIA, write_jsonl
+
+    data = write_jsonl(tmp_path / "gaia.jsonl", GAIA)
+    out = tmp_path / "eval"
+    done = run("eval", "--dataset", str(data), "--out", str(out), "--set", "agent.agent_type=asearcher",
+               "--set", "agent.max_turns=2", "--kb-url", f"http://127.0.0.1:{free_port()}",
+               "--base-url", f"{model_server.url}/v1", "--model", "scripted", "--tokenizer",
+               str(model_server.tokenizer.name_or_path), "--max-length", "1024", "--concurrency", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the ASearcher-style aggregate file is named after the agent type the run used
+    assert (out / "aggregate_results_asearcher_asearcher_async-search-access_t0.6.json").is_file()

@@ -21,9 +21,9 @@ def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):
     recipe["openrlhf"]["rollout.batch_size"] = 2
     recipe["scheduler"] = {"max_staleness": 1, "on_stale": "restart"}  # the mode that bounds consumed staleness
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
-    out = tmp_path / "traj.jsonl"
+    out = tmp_path / "rollout" / "trajectories.jsonl"
     proc = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "rollout", str(tmp_path / "r.yaml"),
-                           "--out", str(out), "--engines", "2", "--steps", "3"], capture_output=True, text=True, timeout=900)
+                           "--out", str(out.parent), "--engines", "2", "--steps", "3"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 3 * 2 * 2  # steps x groups x samples

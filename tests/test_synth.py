@@ -14,7 +14,7 @@ from data_synth.output import read_jsonl
 from data_synth.run import run_synth
 from data_synth.sources import SeedError, kb_page_seeds, load_seeds
 from local_retriever.sample import load_sample_questions
-from tests.fake_llm import FakeLLM
+from data_synth.scripted_chat import ScriptedChat
 from tests.http_helpers import serve_app
 
 QUESTIONS = {q["id"]: q for q in load_sample_questions()}
@@ -32,7 +32,7 @@ def _config(llm_url, kb_url, **overrides):
 
 
 def _fake(seeds, **kw):
-    return FakeLLM(gold={s["question"]: s["answer"] for s in seeds}, **kw)
+    return ScriptedChat(gold={s["question"]: s["answer"] for s in seeds}, **kw)
 
 
 def test_seeds_become_harder_grounded_training_rows(kb_server, tmp_path):
@@ -161,7 +161,7 @@ def test_near_duplicate_seeds_and_questions_are_dropped(kb_server, tmp_path):
 def test_pages_from_the_kb_seed_grounded_base_questions(sample_kb, kb_server, tmp_path):
     seeds = kb_page_seeds(sample_kb, 3, seed=1)
     assert len(seeds) == 3 and all(s["id"].startswith("page:") for s in seeds)
-    with serve_app(FakeLLM().app) as url:
+    with serve_app(ScriptedChat().app) as url:
         stats = run_synth(seeds, _config(url + "/v1", kb_server, rounds=2), tmp_path, progress=False)
     items = read_jsonl(tmp_path / "items.jsonl")
     assert stats["stages"]["seed"]["accepted"] >= 2
@@ -252,10 +252,11 @@ def test_cli_runs_from_a_seed_file_to_a_training_file(kb_server, tmp_path):
     seeds = _seeds(["sample_0001", "sample_0002"])
     path = tmp_path / "seeds.jsonl"
     path.write_text("".join(json.dumps({"question": s["question"], "answer": s["answer"]}) + "\n" for s in seeds))
-    bad = run("synth", str(tmp_path / "out"), "--seeds", str(path), "--set", "k=0")
+    bad = run("synth", str(tmp_path / "out"), "--seeds", str(path), "--set", "k=0")  # the deprecated positional
     assert bad.returncode == 2 and "k: Input should be greater than or equal to 1" in bad.stderr
+    assert "note: the positional run folder is deprecated; use --out DIR" in bad.stderr
     with serve_app(_fake(seeds).app) as url:
-        done = run("synth", str(tmp_path / "out"), "--seeds", str(path), "--generator-url", url + "/v1",
+        done = run("synth", "--out", str(tmp_path / "out"), "--seeds", str(path), "--generator-url", url + "/v1",
                    "--judge-url", url + "/v1", "--kb-url", kb_server, "--k", "4", "--set", "output_retries=1")
     assert done.returncode == 0, done.stderr
     assert "| inject | 4 | 4 | 4 | 4 | 4 | 2 |" in done.stdout

@@ -2,4 +2,23 @@
 
 from .types import CompletionOutput, Logprob, RequestOutput, SamplingParams
 
-__all__ = ["CompletionOutput", "Logprob", "RequestOutput", "SamplingParams"]
+__all__ = ["CompletionOutput", "Logprob", "RequestOutput", "SamplingParams", "make_engine"]
+
+
+def make_engine(hf_model: str | None = None, base_urls: list[str] | None = None, model: str = "default",
+                tokenizer: str | None = None):
+    """`(engine, tokenizer)`: an in-process transformers model at `hf_model`, else the OpenAI-compatible servers at
+    `base_urls` serving `model`, tokenized with `tokenizer` (default: `model`)."""
+    if hf_model:
+        from .hf import HFEngine
+
+        engine = HFEngine(hf_model)
+        return engine, engine.tokenizer
+    if not base_urls:
+        raise ValueError("an engine needs a model path or at least one server URL")
+    from transformers import AutoTokenizer
+
+    from .openai import OpenAIEngine
+
+    tok = AutoTokenizer.from_pretrained(tokenizer or model)
+    return OpenAIEngine(base_urls, model, tok), tok

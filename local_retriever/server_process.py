@@ -1,0 +1,65 @@
+"""Servers in their own processes: a free loopback port, the KB server started, and waiting until one answers.
+
+The quickstarts, the tests and the benchmarks all run real servers this way.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 at the time of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(kb_dir: Path, port: int, retriever: str, extra: list[str] = (), log=None) -> subprocess.Popen:
+    """`asearcher kb serve` for `kb_dir` in a child process; its output goes to `log`, else its stderr to a
+    temporary file whose tail `wait_until_up` shows if the server exits before answering."""
+    cmd = [sys.executable, "-m", "local_retriever.cli", "serve", str(kb_dir), "--port", str(port),
+           "--retriever", retriever, *extra]
+    if log is not None:
+        return subprocess.Popen(cmd, stdout=log, stderr=log)
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+    proc.stderr_file = err  # closed with the object; read back only when the server dies early
+    return proc
+
+
+def _stderr_tail(proc: subprocess.Popen, chars: int = 2000) -> str:
+    err = getattr(proc, "stderr_file", None)
+    if err is None:
+        return ""
+    err.seek(0)
+    text = err.read().decode("utf-8", "replace").strip()
+    return f": {text[-chars:]}" if text else ""
+
+
+def wait_until_up(proc: subprocess.Popen, probe, what: str, timeout: float = 120.0):
+    """`probe()`'s result once it stops raising httpx errors; fails fast if `proc` exits first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = _stderr_tail(proc)
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before becoming healthy{tail}")
+        try:
+            return probe()
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{what} not healthy after {timeout:.0f}s")
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> dict:
+    """The KB server's /health once it answers."""
+    import httpx
+
+    return wait_until_up(proc, lambda: httpx.get(f"{url}/health", timeout=2).json(), f"server at {url}", timeout)
