@@ -176,3 +176,22 @@ def test_eval_set_is_applied_to_the_run(tmp_path, model_server):  # noqa: F811 (
     assert done.returncode == 0, done.stderr[-2000:]
     # the ASearcher-style aggregate file is named after the agent type the run used
     assert (out / "aggregate_results_asearcher_asearcher_async-search-access_t0.6.json").is_file()
+
+
+def test_every_option_and_argument_of_every_command_has_help():
+    import typer.main
+
+    from asearcher_plugin.cli import app
+
+    def commands(cmd, path):
+        if hasattr(cmd, "commands"):  # a group (typer carries its own copy of click's classes)
+            for name, sub in cmd.commands.items():
+                yield from commands(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    found = dict(commands(typer.main.get_command(app), []))
+    assert {"kb build", "kb serve", "kb query", "kb quickstart", "synth", "eval", "train", "rollout"} <= set(found)
+    bare = [f"{name} {p.name}" for name, cmd in found.items() for p in cmd.params
+            if not getattr(p, "hidden", False) and not getattr(p, "help", None) and p.name != "help"]
+    assert bare == []
