@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from importlib.metadata import entry_points
 
 import typer
@@ -25,6 +26,29 @@ def register_commands(root: typer.Typer, group: str = COMMANDS_GROUP) -> None:
             root.command(ep.name, **{k: getattr(command, k) for k in ("help", "epilog", "hidden")})(command.callback)
         else:
             root.add_typer(sub, name=ep.name)
+
+
+class LogLevel(str, Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+@app.callback()
+def configure_logging(
+    log_level: LogLevel = typer.Option(LogLevel.warning, "--log-level", case_sensitive=False,
+                                       help="level of the log records shown on stderr (every sub-command)"),
+):
+    import logging
+
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    # basicConfig leaves a root logger that something configured first alone; the level is set either way.
+    logging.basicConfig(format="%(name)s: %(message)s", datefmt="[%X]",
+                        handlers=[RichHandler(console=Console(stderr=True), show_path=False)])
+    logging.getLogger().setLevel(log_level.value.upper())
 
 
 @app.command()

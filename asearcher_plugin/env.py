@@ -10,7 +10,6 @@ Neither vLLM nor Ray is imported here.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import deque
 from pathlib import Path
@@ -28,13 +27,18 @@ from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
+from local_retriever.log_throttle import throttled
 
-log = logging.getLogger(__name__)
+log = throttled(__name__)  # one WARNING per tool and error type a minute, however many trajectories fail alike
 
 
 # Blocks waiting to be shown (ASearcher's queue holds 128): a model that opens pages in its summary turns
 # cannot pile up page text without bound.
 MAX_PENDING_BLOCKS = 128
+
+
+def _throttle_key(kind: str, exc: BaseException) -> dict:
+    return {"throttle_key": (kind, type(exc).__name__)}
 
 
 def _tensor(value: float):
@@ -144,10 +148,12 @@ class AgentInstance(AgentInstanceBase):
             return asearcher_format.page_blocks(await self.toolbox.access(argument))
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
             self.tool_errors += 1
+            log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
             return [asearcher_format.failure_block(f"{kind} failed: {exc or type(exc).__name__}")]
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
-            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc)
+            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc,
+                        extra=_throttle_key(kind, exc))
             return [asearcher_format.failure_block(f"{kind} failed: {type(exc).__name__}")]
         finally:
             self.tool_seconds += time.perf_counter() - started
@@ -163,10 +169,12 @@ class AgentInstance(AgentInstanceBase):
             return information(await self._read_page(argument))
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
             self.tool_errors += 1
+            log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
             return information(f"{kind} failed: {exc or type(exc).__name__}")
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
-            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc)
+            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc,
+                        extra=_throttle_key(kind, exc))
             return information(f"{kind} failed: {type(exc).__name__}")
         finally:
             self.tool_seconds += time.perf_counter() - started

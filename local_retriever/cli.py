@@ -140,6 +140,7 @@ def serve(
     body_timeout: float = typer.Option(30.0, help="seconds for the whole body after the headers (408 beyond)"),
     keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
     max_connections: int = typer.Option(1000, help="open connections beyond which requests get 503"),
+    access_log: bool = typer.Option(False, help="log a line per request (uvicorn's access log) on stderr"),
 ):
     """Serve /retrieve (Search-R1 format), /access (ASearcher format) and /health."""
     from .kb import KnowledgeBase
@@ -157,13 +158,13 @@ def serve(
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever.value}) on http://{host}:{port}")
     if save_address_to is None:
-        run(kb, host, port, limits, threads)
+        run(kb, host, port, limits, threads, access_log=access_log)
         return
     from .address import AddressFile
 
     with AddressFile(save_address_to, host, port) as address:
         console.print(f"address file {address.path} ({address.content}) written once the server answers")
-        run(kb, host, port, limits, threads)
+        run(kb, host, port, limits, threads, access_log=access_log)
 
 
 @app.command()

@@ -357,8 +357,16 @@ def uvicorn_options(limits: ServerLimits) -> dict:
     }
 
 
+def log_options(log_level: str = "warning", access_log: bool = False) -> dict:
+    """uvicorn's log settings. Its access log writes at INFO, so turning it on lowers uvicorn's loggers to INFO."""
+    if access_log and logging.getLevelName(log_level.upper()) > logging.INFO:
+        log_level = "info"
+    return {"log_level": log_level, "access_log": access_log}
+
+
 def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: ServerLimits | None = None,
-          threads: int | None = None, log_level: str = "warning") -> None:
+          threads: int | None = None, log_level: str = "warning", access_log: bool = False) -> None:
+    """Runs the server until interrupted; `access_log`: uvicorn's line per request."""
     import os
 
     import faiss
@@ -371,5 +379,5 @@ def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: 
     limits = limits or ServerLimits()
     # uvicorn configures only its own loggers; this one carries the tracebacks of 500s.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(build_app(kb, limits), host=host, port=port, log_level=log_level, access_log=False,
+    uvicorn.run(build_app(kb, limits), host=host, port=port, **log_options(log_level, access_log),
                 **uvicorn_options(limits))
