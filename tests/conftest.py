@@ -7,6 +7,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Markers by module, or by test where a module mixes kinds (see pytest.ini): `pytest -m "not slow"` is the quick loop,
+# `-m "not ray"` / `-m "not browser"` leave out what needs Ray or Chromium.
+MODULE_MARKS = {
+    "test_openrlhf_train_cpu": ("slow", "ray"),  # OpenRLHF's own train() on CPU stand-ins
+    "test_rollout_ray": ("slow", "ray"),
+    "test_scheduler_openrlhf": ("ray",),
+    "test_build_resume": ("slow",),  # kill -9 builds in subprocesses, then resumes
+    "test_eval_report_browser": ("browser",),
+}
+TEST_MARKS = {
+    "test_runs_in_shards_on_ray": ("slow", "ray"),
+    "test_quickstart_runs_the_whole_path": ("slow", "ray"),
+    "test_kb_quickstart_serves_and_asks_the_sample_questions": ("slow",),
+    "test_streaming_generator_hands_out_batches_of_complete_groups": ("slow",),
+    "test_every_episode_is_a_full_pass_over_the_prompts": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        marks = MODULE_MARKS.get(module, ()) + TEST_MARKS.get(item.originalname or item.name, ())
+        for mark in dict.fromkeys(marks):
+            item.add_marker(getattr(pytest.mark, mark))
+
 
 @pytest.fixture(scope="session")
 def sample_kb(tmp_path_factory) -> Path:
