@@ -12,6 +12,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from local_retriever.endpoints import EndpointConfig
+
 CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
 # runtime env, so every rollout actor on every node reads the same config, with no file to copy.
@@ -60,12 +62,13 @@ class ToolsConfig(_Strict):
     web: WebToolsConfig = Field(default_factory=WebToolsConfig)
 
 
-class JudgeConfig(_Strict):
-    base_url: str = "http://127.0.0.1:8000/v1"
+class JudgeConfig(EndpointConfig):
+    """The judge's endpoint (the shared shape: base_urls, or the older single base_url) and its verdict format."""
+
     model: str = "judge"
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout: float = Field(60.0, gt=0)
-    retries: int = Field(2, ge=0)
+    timeout: float = Field(60.0, gt=0, description="seconds per connect or read")
+    retries: int = Field(2, ge=0, description="retries on endpoint errors and replies without a verdict, in one "
+                         "budget, each on another URL when there is one")
     cache_dir: Optional[str] = Field(None, description="verdicts cached on disk by model, prompt and sampling")
     verdict_format: Literal["verdict", "asearcher"] = Field(
         "verdict", description='verdict: reply {"verdict", "reason"}; asearcher: ASearcher\'s DefaultJudge, reply '

@@ -6,9 +6,12 @@
   (the text of a ```json fence, as JSON, else as a Python literal, else by substring), with its
   sampling (temperature 0.6, 1,024 tokens) and the prediction cut at its first `</`, then to 500 characters.
 
-The prompt is a `str.format` template file (`judge_templates/<format>.txt`, or the user's own). Unparseable
-replies and endpoint errors are retried a bounded number of times; after that the caller falls back to
-F1 and flags it (ASearcher retries forever or scores 0).
+The prompt is a `str.format` template file (`judge_templates/<format>.txt`, or the user's own). Requests go
+through the shared endpoint client (`local_retriever.endpoints`): the judge's `base_urls` share the load, a
+dead URL cools down for every later verdict, and endpoint errors and replies without a verdict are retried
+with backoff within one budget of `retries`; after that `JudgeUnavailable` is raised and the caller falls
+back to F1 and flags it (ASearcher retries forever or scores 0). This is the project's one judge: eval, the
+reward and data_synth's grading of tool-free answers all ask it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pathlib import Path
 
 import httpx
 import orjson
+
+from local_retriever.endpoints import BadReply, EndpointError, EndpointUnavailable, URLPool
 
 from .agent.actions import scrub
 
@@ -57,7 +62,12 @@ class Verdict:
 
 
 class JudgeUnavailable(RuntimeError):
-    pass
+    """No verdict within the retries; `no_verdict` when the last failure was a reply without one (the
+    endpoint itself answered), not an endpoint error."""
+
+    def __init__(self, message: str, no_verdict: bool = False):
+        super().__init__(message)
+        self.no_verdict = no_verdict
 
 
 class TemplateError(ValueError):
@@ -201,6 +211,9 @@ def parse_asearcher_judgement(text: str) -> Verdict | None:
 
 PARSERS = {"verdict": parse_verdict_reply, "asearcher": parse_asearcher_judgement}
 _caches: dict = {}
+# Cooldowns per judge endpoint, kept across verdicts (each call may run on another event loop).
+_pools: dict[tuple[str, ...], URLPool] = {}
+COOLDOWN_S = 10.0
 
 
 def _cache(cfg):
@@ -213,9 +226,12 @@ def _cache(cfg):
     return _caches[cfg.cache_dir]
 
 
-async def judge_verdict(question: str, prediction: str, golds: list[str], cfg,
-                        client: httpx.AsyncClient | None = None) -> Verdict:
-    """The judge's verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts."""
+async def judge_verdict(question: str, prediction: str, golds: list[str], cfg, client=None) -> Verdict:
+    """The judge's verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts.
+
+    `client`: an `httpx.AsyncClient` to send with, or an endpoint client (anything with
+    `MultiURLClient.post_json`, e.g. data_synth's token-counting one); by default one over `cfg.base_urls`.
+    """
     # Lone surrogates (model output, dataset text) can be neither a cache key nor a JSON body.
     question, prediction, golds = scrub(question), scrub(prediction), [scrub(str(g)) for g in golds]
     s = settings(cfg)
@@ -235,37 +251,41 @@ async def judge_verdict(question: str, prediction: str, golds: list[str], cfg,
     return verdict
 
 
-async def judge(question: str, prediction: str, golds: list[str], cfg,
-                client: httpx.AsyncClient | None = None) -> bool:
+async def judge(question: str, prediction: str, golds: list[str], cfg, client=None) -> bool:
     """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
     return (await judge_verdict(question, prediction, golds, cfg, client)).correct
 
 
-async def _ask(prompt: str, s: Settings, cfg, client: httpx.AsyncClient | None) -> Verdict:
-    own = client is None
-    client = client or httpx.AsyncClient(timeout=cfg.timeout)
-    headers = {"Authorization": f"Bearer {os.environ.get(cfg.api_key_env, 'none')}"}
+def _reader(fmt: str):
+    parse = PARSERS[fmt]
+
+    def read(data) -> Verdict:
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):  # TypeError: JSON of another shape
+            raise BadReply("reply is not a chat completion") from None
+        verdict = parse(content if isinstance(content, str) else "")
+        if verdict is None:
+            raise BadReply("reply had no verdict")
+        return verdict
+
+    return read
+
+
+async def _ask(prompt: str, s: Settings, cfg, client) -> Verdict:
     body = {"model": cfg.model, "temperature": s.temperature, "max_tokens": s.max_tokens,
             "messages": [{"role": "user", "content": prompt}]}
     if s.top_p is not None:
         body["top_p"] = s.top_p
-    parse = PARSERS[s.format]
-    errors = []
+    own = client is None or isinstance(client, httpx.AsyncClient)
+    if own:
+        pool = _pools.setdefault(tuple(cfg.base_urls), URLPool(cfg.base_urls, COOLDOWN_S))
+        client = cfg.client("judge", http=client, pool=pool)
     try:
-        for _ in range(cfg.retries + 1):
-            try:
-                resp = await client.post(cfg.base_url.rstrip("/") + "/chat/completions", json=body, headers=headers)
-                resp.raise_for_status()
-                content = resp.json()["choices"][0]["message"]["content"]
-                verdict = parse(content if isinstance(content, str) else "")
-            # TypeError: JSON of another shape
-            except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            if verdict is not None:
-                return verdict
-            errors.append("reply had no verdict")
+        return await client.post_json("/chat/completions", body, _reader(s.format))
+    except EndpointError as exc:
+        bad_reply = isinstance(exc, EndpointUnavailable) and exc.bad_reply
+        raise JudgeUnavailable(str(exc), no_verdict=bad_reply) from None
     finally:
         if own:
             await client.aclose()
-    raise JudgeUnavailable("; ".join(errors[-3:]))

@@ -1,31 +1,27 @@
 """A chat client for OpenAI-compatible endpoints, with token accounting and JSON replies.
 
-Transport failures (connection errors, 429, 5xx) are retried with backoff across the endpoint's
-base URLs; a 4xx is the caller's mistake and raises at once. Malformed replies are a different
+Transport failures are handled by the shared endpoint client (`local_retriever.endpoints`): connection
+errors, timeouts, 429 and 5xx are retried with backoff across the endpoint's base URLs, a dead URL cools
+down for everyone, and a 4xx is the caller's mistake and raises at once. Malformed replies are a different
 matter, handled by `ask_json`: the model is shown why its reply was rejected and asked again, a
 bounded number of times, then `BadOutput` names the reason and the caller drops the candidate.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from local_retriever.endpoints import EndpointUnavailable
 
 from .config import EndpointConfig
 
+__all__ = ["BadOutput", "ChatClient", "EndpointUnavailable", "Usage", "UsageLog", "extract_json", "require_fields"]
 COOLDOWN_S = 10.0
-
-
-class EndpointUnavailable(RuntimeError):
-    """No base URL of an endpoint answered after its retries: an infrastructure failure."""
 
 
 class BadOutput(ValueError):
@@ -34,10 +30,6 @@ class BadOutput(ValueError):
     def __init__(self, code: str, detail: str = ""):
         super().__init__(f"{code}: {detail}" if detail else code)
         self.code, self.detail = code, detail
-
-
-class _Transient(Exception):
-    pass
 
 
 @dataclass
@@ -71,26 +63,19 @@ class ChatClient:
     def __init__(self, role: str, cfg: EndpointConfig, usage: UsageLog | None = None,
                  http: httpx.AsyncClient | None = None):
         self.role, self.cfg = role, cfg
-        self.urls = [u.rstrip("/") for u in cfg.base_urls]
-        if not self.urls:
-            raise ValueError(f"{role}: base_urls is empty")
-        self._next = itertools.cycle(range(len(self.urls)))
-        self._down_until = [0.0] * len(self.urls)  # shared by every item: a dead URL is skipped for a while
-        self._http = http or httpx.AsyncClient(timeout=cfg.timeout)
-        self._own_http = http is None
+        # One client per endpoint, shared by every item: a dead URL is skipped by all of them for a while.
+        self._endpoint = cfg.client(f"{role} endpoint", http=http, cooldown=COOLDOWN_S)
+        self.urls = self._endpoint.urls
         self.usage = usage or UsageLog()
-        key = os.environ.get(cfg.api_key_env, "none")
-        self._headers = {"Authorization": f"Bearer {key}"}
 
     def for_item(self, usage: UsageLog) -> "ChatClient":
         """The same endpoint and connection pool, counting tokens into `usage`."""
         clone = object.__new__(ChatClient)
-        clone.__dict__.update(self.__dict__, usage=usage, _own_http=False)
+        clone.__dict__.update(self.__dict__, usage=usage)
         return clone
 
     async def aclose(self) -> None:
-        if self._own_http:
-            await self._http.aclose()
+        await self._endpoint.aclose()
 
     async def complete(self, messages: list[dict], stage: str, n: int = 1, temperature: float | None = None) -> list[str]:
         """`n` reply texts to `messages`; servers that return fewer choices are asked again."""
@@ -102,54 +87,18 @@ class ChatClient:
     async def _request(self, messages: list[dict], stage: str, n: int, temperature: float | None) -> list[str]:
         body = {"model": self.cfg.model, "messages": messages, "n": n, "max_tokens": self.cfg.max_tokens,
                 "temperature": self.cfg.temperature if temperature is None else temperature, "top_p": self.cfg.top_p}
-        errors: list[str] = []
-        try:
-            async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(len(self.urls) * (self.cfg.retries + 1)),
-                    wait=self._wait, retry=retry_if_exception_type(_Transient),
-                    reraise=True):
-                with attempt:
-                    data = await self._post(self._pick(), body, errors)
-        except _Transient:
-            raise EndpointUnavailable(f"{self.role} endpoint: " + "; ".join(errors[-3:])) from None
-        texts = [(c.get("message") or {}).get("content") or "" for c in data.get("choices") or []]
+        data = await self._endpoint.post_json("/chat/completions", body)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        texts = [((c.get("message") or {}).get("content") or "") if isinstance(c, dict) else ""
+                 for c in (choices if isinstance(choices, list) else [])]
         if not texts:
             raise BadOutput("no choices", f"{self.role} reply had no choices")
         self._account(stage, messages, texts, data.get("usage"))
         return texts
 
-    def _pick(self) -> int:
-        """The next URL in turn that is not cooling down after a failure (any, if all are)."""
-        now = time.monotonic()
-        for _ in range(len(self.urls)):
-            i = next(self._next)
-            if self._down_until[i] <= now:
-                return i
-        return next(self._next)
-
-    def _wait(self, state) -> float:
-        # fail over to the next URL at once; back off only after every URL has failed in a row
-        n = state.attempt_number
-        return 0.0 if n % len(self.urls) else min(10.0, 0.2 * 2 ** (n // len(self.urls) - 1))
-
-    async def _post(self, index: int, body: dict, errors: list[str]) -> dict:
-        url = self.urls[index]
-        try:
-            resp = await self._http.post(f"{url}/chat/completions", json=body, headers=self._headers)
-        except httpx.HTTPError as exc:
-            errors.append(f"{url}: {type(exc).__name__}")
-            self._down_until[index] = time.monotonic() + COOLDOWN_S
-            raise _Transient() from None
-        if resp.status_code == 429 or resp.status_code >= 500:
-            errors.append(f"{url}: HTTP {resp.status_code}")
-            raise _Transient()
-        if resp.status_code >= 400:
-            raise ValueError(f"{self.role} endpoint {url} refused the request: HTTP {resp.status_code}: {resp.text[:300]}")
-        try:
-            return resp.json()
-        except ValueError:
-            errors.append(f"{url}: reply is not JSON")
-            raise _Transient() from None
+    def endpoint(self, stage: str) -> "_Counted":
+        """This endpoint as a `post_json(path, payload, check)` client (for the shared judge), counting tokens."""
+        return _Counted(self, stage)
 
     def _account(self, stage: str, messages: list[dict], texts: list[str], usage: dict | None) -> None:
         if usage and "prompt_tokens" in usage:
@@ -177,6 +126,22 @@ class ChatClient:
                     {"role": "assistant", "content": _THINK.sub("", text).strip()[-4000:]},
                     {"role": "user", "content": f"Your reply was rejected ({exc}). Reply again with the JSON object only."}]
         raise last
+
+
+class _Counted:
+    def __init__(self, chat: ChatClient, stage: str):
+        self.chat, self.stage = chat, stage
+
+    async def post_json(self, path: str, payload: dict, check: Callable | None = None):
+        def counted(data):
+            choices = data.get("choices") if isinstance(data, dict) else None
+            texts = [str(((c.get("message") or {}).get("content")) or "") for c in choices or []
+                     if isinstance(c, dict) and isinstance(c.get("message") or {}, dict)]
+            self.chat._account(self.stage, payload["messages"], texts,
+                               data.get("usage") if isinstance(data, dict) else None)
+            return check(data) if check else data
+
+        return await self.chat._endpoint.post_json(path, payload, counted)
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S)

@@ -8,23 +8,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from asearcher_plugin.config import ToolsConfig, read_yaml_mapping, set_dotted, validation_problems
+from local_retriever.endpoints import EndpointConfig as SharedEndpoint
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EndpointConfig(_Strict):
-    """One OpenAI-compatible chat endpoint; several base URLs share the load and fail over."""
+class EndpointConfig(SharedEndpoint):
+    """One OpenAI-compatible chat endpoint (the shared shape: base_urls, api_key_env, timeout, retries) and sampling."""
 
-    base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000/v1"])
     model: str = "default"
-    api_key_env: str = "OPENAI_API_KEY"
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_tokens: int = Field(4096, ge=16)
-    timeout: float = Field(600.0, gt=0)
-    retries: int = Field(3, ge=0, description="attempts per URL on connection errors, 429 and 5xx")
 
 
 class SynthConfig(_Strict):
@@ -45,7 +42,8 @@ class SynthConfig(_Strict):
     stop_when_unsolved: bool = Field(True, description="stop an item once no tool-free answer is correct")
     max_uniqueness_checks: int = Field(4, ge=0, description="distinct wrong answers checked for being valid too")
     max_variants_per_seed: int = Field(3, ge=1, description="emitted questions per seed, hardest last (paper: 3)")
-    output_retries: int = Field(2, ge=0, description="re-asks after a malformed or rejected model reply")
+    output_retries: int = Field(2, ge=0, description="re-asks after a malformed or rejected model reply (a "
+                                "grading verdict is re-asked within the judge endpoint's retries)")
     concurrency: int = Field(16, ge=1, description="items in flight")
     dedup_threshold: float = Field(0.8, gt=0.0, le=1.0, description="MinHash Jaccard above which questions are duplicates")
     page_chars: int = Field(6000, ge=500, description="characters of a KB page shown when writing its base question")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
-from asearcher_plugin.judge import JUDGE_PROMPT, parse_verdict
+from asearcher_plugin.config import JudgeConfig
+from asearcher_plugin.judge import JudgeUnavailable, judge
 from asearcher_plugin.reward import normalize_answer
 
 from . import prompts
-from .chat import BadOutput, ChatClient, extract_json
+from .chat import BadOutput, ChatClient, EndpointUnavailable, extract_json
 from .steps import QA
 
 QUALITY_FIELDS = ("fluent", "self_contained", "time_anchored", "coherent")
@@ -35,18 +36,26 @@ def parse_direct_answer(text: str) -> str:
     return value.strip() if isinstance(value, str) else str(value)
 
 
-async def _grade(judge: ChatClient, qa: QA, prediction: str, retries: int) -> bool:
+def grading_config(judge_endpoint) -> JudgeConfig:
+    """The project's judge (`asearcher_plugin.judge`, verdict format) on the synthesis judge's endpoint, greedy."""
+    ep = judge_endpoint.cfg
+    return JudgeConfig(base_urls=ep.base_urls, model=ep.model, api_key_env=ep.api_key_env, timeout=ep.timeout,
+                       retries=ep.retries, verdict_format="verdict", temperature=0.0, top_p=ep.top_p,
+                       max_tokens=ep.max_tokens)
+
+
+async def _grade(judge_chat: ChatClient, qa: QA, prediction: str) -> bool:
     if not prediction:
         return False
     if normalize_answer(prediction) in {normalize_answer(g) for g in qa.golds()}:
         return True
-    messages = [{"role": "user", "content": JUDGE_PROMPT.format(question=qa.question, golds=qa.golds(),
-                                                                prediction=prediction)}]
-    for _ in range(retries + 1):
-        verdict = parse_verdict((await judge.complete(messages, "grade", temperature=0.0))[0])
-        if verdict is not None:
-            return verdict
-    raise BadOutput("no verdict", f"judge gave no verdict on {prediction!r}")
+    try:
+        return await judge(qa.question, prediction, qa.golds(), grading_config(judge_chat),
+                           judge_chat.endpoint("grade"))
+    except JudgeUnavailable as exc:
+        if exc.no_verdict:
+            raise BadOutput("no verdict", f"judge gave no verdict on {prediction!r}") from None
+        raise EndpointUnavailable(str(exc)) from None
 
 
 async def difficulty(gen: ChatClient, judge: ChatClient, qa: QA, cfg) -> dict:
@@ -55,7 +64,7 @@ async def difficulty(gen: ChatClient, judge: ChatClient, qa: QA, cfg) -> dict:
                                "difficulty", n=cfg.k)
     answers = [parse_direct_answer(t) for t in texts]
     distinct = list(dict.fromkeys(answers))
-    grades = dict(zip(distinct, await asyncio.gather(*(_grade(judge, qa, a, cfg.output_retries) for a in distinct))))
+    grades = dict(zip(distinct, await asyncio.gather(*(_grade(judge, qa, a) for a in distinct))))
     correct = [grades[a] for a in answers]
     return {"solve_rate": sum(correct) / len(correct), "answers": answers, "correct": correct}
 

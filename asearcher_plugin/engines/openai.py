@@ -1,39 +1,38 @@
 """`OpenAIEngine`: the `generate` contract against OpenAI-compatible completion servers (vLLM, SGLang).
 
 Prompts go as token ids to `/v1/completions`; with vLLM's `return_tokens_as_token_ids` the
-generated ids come back exactly, otherwise the text is re-tokenized. Several base URLs are used
-round-robin, with failover on connection errors and 5xx.
+generated ids come back exactly, otherwise the text is re-tokenized. Several base URLs share the load
+through the shared endpoint client (`local_retriever.endpoints`): failover, cooldown of a dead URL, and
+retries with backoff on connection errors, timeouts, 429 and 5xx; a 4xx raises at once.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import uuid
 
-import httpx
+from local_retriever.endpoints import BadReply, EndpointUnavailable, MultiURLClient
 
 from .types import CompletionOutput, Logprob, RequestOutput
 
-
-class EngineUnavailable(RuntimeError):
-    pass
+# No server gave a completion after the retries (two 500s included); eval counts it as an infrastructure error.
+EngineUnavailable = EndpointUnavailable
 
 
 class OpenAIEngine:
     def __init__(self, base_urls: str | list[str], model: str, tokenizer, api_key: str | None = None,
-                 timeout: float = 600.0, retries: int = 2):
-        urls = base_urls.split(",") if isinstance(base_urls, str) else list(base_urls)
-        self.base_urls = [u.strip().rstrip("/") for u in urls if u.strip()]
-        if not self.base_urls:
-            raise ValueError("OpenAIEngine needs at least one base URL")
+                 timeout: float = 600.0, retries: int = 3, cooldown: float = 10.0):
+        try:
+            self.client = MultiURLClient(base_urls, "completion server", timeout=timeout, retries=retries,
+                                         cooldown=cooldown, headers={"Authorization": "Bearer " + (
+                                             api_key or os.environ.get("OPENAI_API_KEY", "none"))})
+        except ValueError:
+            raise ValueError("OpenAIEngine needs at least one base URL") from None
+        self.base_urls = self.client.urls
         self.model, self.tokenizer, self.retries = model, tokenizer, retries
-        self._next = itertools.cycle(range(len(self.base_urls)))
-        key = api_key or os.environ.get("OPENAI_API_KEY", "none")
-        self.http = httpx.AsyncClient(timeout=timeout, headers={"Authorization": f"Bearer {key}"})
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.client.aclose()
 
     async def generate(self, prompt_token_ids: list[int], sampling_params, multi_modal_data=None, **_) -> RequestOutput:
         p = sampling_params
@@ -47,24 +46,15 @@ class OpenAIEngine:
             body["top_k"] = p.top_k
         if p.logprobs is not None:
             body["logprobs"] = max(1, p.logprobs)
-        errors = []
-        for _ in range(len(self.base_urls) * (self.retries + 1)):
-            url = self.base_urls[next(self._next)]
-            try:
-                resp = await self.http.post(f"{url}/completions", json=body)
-            except httpx.HTTPError as exc:
-                errors.append(f"{url}: {type(exc).__name__}")
-                continue
-            if resp.status_code >= 500 or resp.status_code == 429:
-                errors.append(f"{url}: HTTP {resp.status_code}")
-                continue
-            if resp.status_code >= 400:
-                raise ValueError(f"{url} refused the request: HTTP {resp.status_code}: {resp.text[:300]}")
-            return self._parse(prompt_token_ids, resp.json(), p)
-        raise EngineUnavailable("no completion server answered: " + "; ".join(errors[-4:]))
+        return await self.client.post_json("/completions", body, lambda data: self._parse(prompt_token_ids, data, p))
 
     def _parse(self, prompt_token_ids, data: dict, p) -> RequestOutput:
-        choice = data["choices"][0]
+        try:
+            choice = data["choices"][0]
+            if not isinstance(choice, dict):
+                raise TypeError
+        except (KeyError, IndexError, TypeError):
+            raise BadReply("reply holds no completion choice") from None
         text = choice.get("text", "")
         lp = choice.get("logprobs") or {}
         raw_tokens = lp.get("tokens") or []

@@ -1,7 +1,8 @@
 """Web tools: Serper (Google) search, Jina Reader, or a direct fetch turned into clean markdown.
 
 Every call goes through the on-disk cache, a per-host rate limit, and retries with backoff on
-429, 5xx and timeouts, all within `fetch_deadline` seconds. Page URLs pass the URL guard before
+429, 5xx and timeouts (the shared endpoint client's rule, `local_retriever.endpoints`), all within
+`fetch_deadline` seconds. Page URLs pass the URL guard before
 the cache is read, direct fetches connect only to the addresses the guard checked and are checked
 again at every redirect hop, and bodies (direct or from Jina) stop being read at `max_page_bytes`. Queries and URLs are written by a model: whatever they hold, and whatever
 the services reply, a call returns or raises ToolError. Cache calls and HTML extraction block,
@@ -15,7 +16,8 @@ import os
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from local_retriever.endpoints import EndpointError, MultiURLClient, Retryable, URLPool, raise_if_retryable
 
 from ..agent.actions import scrub
 from .base import ToolBox, ToolError
@@ -24,10 +26,6 @@ from .ratelimit import HostRateLimiter
 from .url_guard import BlockedURL, PinnedBackend, Target, guard
 
 MAX_REDIRECTS = 5
-
-
-class _Transient(Exception):
-    pass
 
 
 class WebToolBox(ToolBox):
@@ -50,9 +48,10 @@ class WebToolBox(ToolBox):
         await self.http.aclose()
         await self.pages.aclose()
 
-    def _retrying(self) -> AsyncRetrying:
-        return AsyncRetrying(stop=stop_after_attempt(self.cfg.retries + 1), reraise=True,
-                             wait=wait_random_exponential(multiplier=0.5, max=10), retry=retry_if_exception_type(_Transient))
+    def _endpoint(self, url: str, name: str, http: httpx.AsyncClient) -> MultiURLClient:
+        """The shared retry rule for one URL, taken as written (no trailing-slash or scheme normalising)."""
+        return MultiURLClient(url, name, http=http, pool=URLPool([url]), retries=self.cfg.retries, backoff=0.5,
+                              max_backoff=10)
 
     async def _within_deadline(self, what: str, call):
         """`call` bounded in total: httpx's timeout is per read, and a server may send one byte per read."""
@@ -62,19 +61,15 @@ class WebToolBox(ToolBox):
             raise ToolError(f"{what} failed: no complete reply within the {self.cfg.fetch_deadline:g} s deadline") from None
 
     async def _request(self, method: str, url: str, **kw) -> httpx.Response:
-        async for attempt in self._retrying():
-            with attempt:
-                await self.limiter.wait(urlsplit(url).hostname or "")
-                try:
-                    resp = await self.http.request(method, url, **kw)
-                except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
-                except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                    raise ToolError(f"{type(exc).__name__} for {url[:200]}: {exc}") from None
-                if resp.status_code == 429 or resp.status_code >= 500:
-                    raise _Transient(f"HTTP {resp.status_code} from {urlsplit(url).hostname}")
-                return resp
-        raise AssertionError("unreachable")
+        async def attempt(u: str) -> httpx.Response:
+            await self.limiter.wait(urlsplit(u).hostname or "")
+            try:
+                return await endpoint.send(u, method, **kw)
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                raise ToolError(f"{type(exc).__name__} for {u[:200]}: {exc}") from None
+
+        endpoint = self._endpoint(url, "search API", self.http)
+        return await endpoint.call(attempt)
 
     async def search(self, query: str, topk: int) -> list[dict]:
         return await self._within_deadline("search", self._search(query, topk))
@@ -91,8 +86,8 @@ class WebToolBox(ToolBox):
         try:
             resp = await self._request("POST", self.cfg.serper_url, json={"q": query, "num": topk},
                                        headers={"X-API-KEY": key, "Content-Type": "application/json"})
-        except _Transient as exc:
-            raise ToolError(f"search failed after retries: {exc}") from None
+        except EndpointError as exc:
+            raise ToolError(f"search failed: {exc}") from None
         if resp.status_code != 200:
             raise ToolError(f"search failed: HTTP {resp.status_code}: {resp.text[:200]}")
         docs = serper_docs(resp, topk)
@@ -115,8 +110,8 @@ class WebToolBox(ToolBox):
             text = await (self._jina(target.url, jina) if jina else self._direct(target))
         except BlockedURL as exc:
             raise ToolError(f"access refused: {exc}") from None
-        except _Transient as exc:
-            raise ToolError(f"access failed after retries: {exc}") from None
+        except EndpointError as exc:
+            raise ToolError(f"access failed: {exc}") from None
         if text is not None:
             await self.cache.aset(cache_key, text)
         return text
@@ -124,7 +119,7 @@ class WebToolBox(ToolBox):
     async def _jina(self, url: str, key: str) -> str | None:
         # Jina Reader takes the target in a POST body; appended to the path, its fragment would be
         # dropped and its query read as the reader's own.
-        body, resp = await self._fetch_capped(self.http, "POST", self.cfg.jina_url, data={"url": url},
+        body, resp = await self._fetch_capped(self.http, "POST", self.cfg.jina_url, "reader API", data={"url": url},
                                               headers={"Authorization": f"Bearer {key}"})
         if resp.status_code == 404:
             return None
@@ -135,7 +130,7 @@ class WebToolBox(ToolBox):
     async def _direct(self, target: Target) -> str | None:
         for _ in range(MAX_REDIRECTS + 1):
             self.pins.pin(target)
-            body, resp = await self._fetch_capped(self.pages, "GET", target.url)
+            body, resp = await self._fetch_capped(self.pages, "GET", target.url, "page server")
             if resp.status_code in (301, 302, 303, 307, 308) and "location" in resp.headers:
                 try:
                     hop = urljoin(target.url, resp.headers["location"])
@@ -152,33 +147,34 @@ class WebToolBox(ToolBox):
             return _decode(body, resp)
         raise ToolError(f"access failed: more than {MAX_REDIRECTS} redirects")
 
-    async def _fetch_capped(self, client: httpx.AsyncClient, method: str, url: str, **kw) -> tuple[bytes, httpx.Response]:
-        """The body streamed up to `max_page_bytes` (the rest is never read), with retries."""
-        async for attempt in self._retrying():
-            with attempt:
-                await self.limiter.wait(urlsplit(url).hostname or "")
-                try:
-                    async with client.stream(method, url, **kw) as resp:
-                        if resp.status_code == 429 or resp.status_code >= 500:
-                            raise _Transient(f"HTTP {resp.status_code} from {urlsplit(url).hostname}")
-                        chunks, size = [], 0
-                        async for chunk in resp.aiter_bytes():
-                            chunks.append(chunk)
-                            size += len(chunk)
-                            if size >= self.cfg.max_page_bytes:
-                                break
-                        return b"".join(chunks)[: self.cfg.max_page_bytes], resp
-                except httpx.RemoteProtocolError as exc:
-                    # httpx parses a redirect's Location even when it does not follow it; a malformed one
-                    # is the page's fault, and asking again would get the same.
-                    if str(exc).startswith("Invalid URL in location header"):
-                        raise BlockedURL(f"malformed redirect from {url[:200]}: {exc}") from None
-                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
-                except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    raise _Transient(f"{type(exc).__name__} for {url[:200]}") from None
-                except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                    raise ToolError(f"{type(exc).__name__} for {url[:200]}: {exc}") from None
-        raise AssertionError("unreachable")
+    async def _fetch_capped(self, client: httpx.AsyncClient, method: str, url: str, name: str,
+                            **kw) -> tuple[bytes, httpx.Response]:
+        """The body streamed up to `max_page_bytes` (the rest is never read), with the shared retry rule."""
+        return await self._endpoint(url, name, client).call(lambda u: self._read_capped(client, method, u, **kw))
+
+    async def _read_capped(self, client: httpx.AsyncClient, method: str, url: str,
+                           **kw) -> tuple[bytes, httpx.Response]:
+        await self.limiter.wait(urlsplit(url).hostname or "")
+        try:
+            async with client.stream(method, url, **kw) as resp:
+                raise_if_retryable(urlsplit(url).hostname or url[:200], resp)
+                chunks, size = [], 0
+                async for chunk in resp.aiter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size >= self.cfg.max_page_bytes:
+                        break
+                return b"".join(chunks)[: self.cfg.max_page_bytes], resp
+        except httpx.RemoteProtocolError as exc:
+            # httpx parses a redirect's Location even when it does not follow it; a malformed one
+            # is the page's fault, and asking again would get the same.
+            if str(exc).startswith("Invalid URL in location header"):
+                raise BlockedURL(f"malformed redirect from {url[:200]}: {exc}") from None
+            raise Retryable(url[:200], type(exc).__name__) from None
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise Retryable(url[:200], f"{type(exc).__name__}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ToolError(f"{type(exc).__name__} for {url[:200]}: {exc}") from None
 
 
 def pinned_transport() -> tuple[httpx.AsyncHTTPTransport, PinnedBackend]:
