@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -12,36 +11,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .encoder import DEFAULT_ENCODER, EncoderConfig
-from .options import out_dir, split_list
+from .build import SourceFormat as BuildFormat
+from .encoder import DEFAULT_ENCODER, ENCODER_PRESETS, EncoderConfig
+from .kb import RetrieverName
+from .options import choice, out_dir, split_list
 
 app = typer.Typer(help="Local knowledge base: build, serve and query a Wikipedia-style corpus.", no_args_is_help=True)
 console = Console(stderr=True)
 
 
-# Choices as enums: click refuses a typo before any work starts, and --help lists the values.
-class SourceFormat(str, Enum):
-    auto = "auto"
-    jsonl = "jsonl"
-    xml = "xml"
-
-
-class EncoderPreset(str, Enum):
-    auto = "auto"
-    e5 = "e5"
-    none = "none"
-
-
-class Pooling(str, Enum):
-    auto = "auto"
-    mean = "mean"
-    cls = "cls"
-
-
-class Retriever(str, Enum):
-    dense = "dense"
-    bm25 = "bm25"
-    hybrid = "hybrid"
+# Choices as enums, from the types the code takes: click refuses a typo before any work starts, --help lists them.
+SourceFormat = choice("SourceFormat", BuildFormat)
+EncoderPreset = choice("EncoderPreset", ENCODER_PRESETS)
+Pooling = choice("Pooling", EncoderConfig.model_fields["pooling"].annotation)
+Retriever = choice("Retriever", RetrieverName)
 
 
 def _fail(message: str) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+ENCODER_PRESETS = ("auto", "e5", "none")  # auto: e5 when the model's name says so
 # Short names for `--encoder`; the HF id is what the manifest records.
 PRESET_MODELS = {"e5-small-v2": "intfloat/e5-small-v2", "e5-base-v2": "intfloat/e5-base-v2",
                  "e5-large-v2": "intfloat/e5-large-v2"}
@@ -55,7 +56,7 @@ class EncoderConfig(BaseModel):
         """A config for `model` (a preset name, HF id or local folder), its family's pooling and prefixes
         filled in unless given; `preset` is auto (from the model's name), e5 or none. Overrides that are
         None count as not given."""
-        if preset not in ("auto", "e5", "none"):
+        if preset not in ENCODER_PRESETS:
             raise ValueError(f"unknown encoder preset {preset!r}; choose auto, e5 or none")
         given = {k: v for k, v in overrides.items() if v is not None}
         model_id = PRESET_MODELS.get(model, model)

@@ -8,8 +8,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import Enum
+from typing import get_args
 
 import typer
+
+
+def choice(name: str, values) -> type[Enum]:
+    """A str Enum of `values` (a Literal type, or strings) for a typer option: click refuses anything else."""
+    return Enum(name, {v: v for v in (get_args(values) or values)}, type=str)
 
 
 def split_list(values: Iterable[str] | str | None) -> list[str]:
