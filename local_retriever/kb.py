@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import logging
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +15,8 @@ from .store import OFFSETS_FILE, PassageStore
 
 RetrieverName = Literal["dense", "bm25", "hybrid"]
 HYBRID_DEPTH = 50  # candidates taken from each retriever before fusion
+
+log = logging.getLogger(__name__)
 
 
 class KnowledgeBase:
@@ -46,14 +48,15 @@ class KnowledgeBase:
             if int8_queries:
                 self.encoder.quantize_int8()
             if self.encoder.dim != self.dense.dim:
-                raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.dense.dim}: wrong --encoder for this index")
+                raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.dense.dim}: "
+                                 "wrong --encoder for this index")
         if retriever in ("bm25", "hybrid"):
             if not self.manifest.bm25_index:
                 raise ValueError(f"{kb_dir} has no BM25 index; rebuild without --no-bm25 or use --retriever dense")
             from .sparse import BM25Index
 
             self.bm25 = BM25Index(self.dir / self.manifest.bm25_index)
-        self.opened_at = time.time()
+        log.info("opened %s: %d passages, %s retriever", self.dir, len(self.passages), retriever)
 
     def search(self, queries: list[str], topk: int) -> list[list[tuple[int, float]]]:
         """Row positions and scores, best first, for each query (one batch through the encoder and index)."""

@@ -63,9 +63,6 @@ class PassageStore:
     def get(self, i: int) -> dict:
         return normalise_row(orjson.loads(self.raw(i)))
 
-    def get_many(self, ids) -> list[dict]:
-        return [self.get(int(i)) for i in ids]
-
     def texts(self, start: int = 0, stop: int | None = None, field: str = "contents"):
         """Streams one field of rows [start, stop) in order, e.g. for encoding or BM25 indexing."""
         stop = len(self) if stop is None else min(stop, len(self))

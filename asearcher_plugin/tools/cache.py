@@ -12,7 +12,6 @@ loop it would block is every trajectory's.
 from __future__ import annotations
 
 import asyncio
-import logging
 import sqlite3
 import threading
 import time
@@ -20,9 +19,11 @@ from pathlib import Path
 
 import orjson
 
+from local_retriever.log_throttle import throttled
+
 from ..agent.actions import scrub
 
-log = logging.getLogger(__name__)
+log = throttled(__name__)  # a locked or broken cache fails every call alike
 
 
 class DiskCache:
@@ -36,7 +37,6 @@ class DiskCache:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value BLOB, at REAL)")
         db.commit()
-        self.hits = self.misses = self.errors = 0
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -52,10 +52,6 @@ class DiskCache:
         except (sqlite3.Error, orjson.JSONDecodeError) as exc:
             self._failed("read", exc)
             value = None
-        if value is None:
-            self.misses += 1
-            return None
-        self.hits += 1
         return value
 
     def set(self, key: str, value) -> None:
@@ -80,5 +76,5 @@ class DiskCache:
         await asyncio.to_thread(self.set, key, value)
 
     def _failed(self, what: str, exc: Exception) -> None:
-        self.errors += 1
-        log.warning("cache %s failed in %s (%s: %s); going on without it", what, self.path, type(exc).__name__, exc)
+        log.warning("cache %s failed in %s (%s: %s); going on without it", what, self.path, type(exc).__name__, exc,
+                    extra={"throttle_key": (what, str(self.path), type(exc).__name__)})
