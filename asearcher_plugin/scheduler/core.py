@@ -39,9 +39,6 @@ class Group:
     prompt: Any
     samples: list = field(default_factory=list)
     admitted_version: int = 0
-    finished_version: int = 0
-    admitted_at: float = 0.0
-    finished_at: float = 0.0
     attempts: int = 0
     restarts: int = 0  # times it was started afresh after falling more than eta versions behind
 
@@ -219,7 +216,7 @@ class StreamingScheduler:
                 self.prompts_drawn += 1
                 self.admitted += 1
                 group = Group(index=next(self._counter), prompt=prompt)
-            group.admitted_version, group.admitted_at = self.version, time.monotonic()
+            group.admitted_version = self.version
             group.attempts += 1
             task = asyncio.ensure_future(self.run_group(group.prompt))
             self._in_flight[task] = group
@@ -241,7 +238,6 @@ class StreamingScheduler:
                     self.admitted -= 1  # frees its slot: it will never be consumed
                 continue
             group.samples = task.result()
-            group.finished_version, group.finished_at = self.version, time.monotonic()
             self.stats["finished"] += 1
             if self.keep_group is not None and not self.keep_group(group):
                 self.stats["filtered"] += 1
