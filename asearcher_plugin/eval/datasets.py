@@ -72,7 +72,8 @@ def load_datasets(specs: list[str], question_key: str | None = None, answer_key:
             raise DatasetError(f"datasets {names[name]} and {path} would both be named {name!r}; "
                                "give them distinct file or folder names")
         if name == RESERVED:
-            raise DatasetError(f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; rename the file")
+            raise DatasetError(f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; "
+                               "rename the file")
         names[name] = path
         items += _rows(path, name, question_key, answer_key, limit, positional)
     return items
@@ -131,32 +132,38 @@ def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | No
     out = []
     seen: dict[str, int] = {}
     for line_no, row in _records(path):
-        if not isinstance(row, dict):
-            raise DatasetError(f"{path}:{line_no}: expected a JSON object")
-        q_key = qk or next((k for k in QUESTION_KEYS if k in row), None)
-        a_key = ak or next((k for k in ANSWER_KEYS if k in row), None)
-        if q_key is None or q_key not in row:
-            raise DatasetError(f"{path}:{line_no}: no question field ({qk or ' / '.join(QUESTION_KEYS)}); "
-                               "set --question-key")
-        if a_key is None or a_key not in row:
-            raise DatasetError(f"{path}:{line_no}: no answer field ({ak or ' / '.join(ANSWER_KEYS)}); set --answer-key")
-        answers = row[a_key]
-        if isinstance(answers, (str, int, float)) and not isinstance(answers, bool):
-            answers = [answers]  # GAIA-style numeric answers are kept as their text
-        if not isinstance(answers, list) or not answers:
-            raise DatasetError(f"{path}:{line_no}: {a_key!r} must be a string or a non-empty list")
-        if problem := text_problem(row[q_key], q_key) or (f"{a_key!r} holds a null" if None in answers else None):
-            raise DatasetError(f"{path}:{line_no}: {problem}")  # str() would make it the text "None"
+        where = f"{path}:{line_no}"
+        question, answers = _question_and_answers(row, where, qk, ak)
         item_id = str(len(out)) if positional else str(row.get("id", f"{name}_{line_no}"))
         if item_id in seen:
             raise DatasetError(f"{path}: id {item_id!r} on line {seen[item_id]} and again on line {line_no}; "
                                "ids must be unique within a dataset")
         seen[item_id] = line_no
-        out.append({"id": item_id, "question": str(row[q_key]), "golden_answers": [str(a) for a in answers],
-                    "dataset": name})
+        out.append({"id": item_id, "question": question, "golden_answers": answers, "dataset": name})
         if limit and len(out) >= limit:
             break
     return out
+
+
+def _question_and_answers(row, where: str, qk: str | None, ak: str | None) -> tuple[str, list[str]]:
+    """One row's question and gold answers, by the given keys or the first known key present; `where` names
+    the line in errors."""
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: expected a JSON object")
+    q_key = qk or next((k for k in QUESTION_KEYS if k in row), None)
+    a_key = ak or next((k for k in ANSWER_KEYS if k in row), None)
+    if q_key is None or q_key not in row:
+        raise DatasetError(f"{where}: no question field ({qk or ' / '.join(QUESTION_KEYS)}); set --question-key")
+    if a_key is None or a_key not in row:
+        raise DatasetError(f"{where}: no answer field ({ak or ' / '.join(ANSWER_KEYS)}); set --answer-key")
+    answers = row[a_key]
+    if isinstance(answers, (str, int, float)) and not isinstance(answers, bool):
+        answers = [answers]  # GAIA-style numeric answers are kept as their text
+    if not isinstance(answers, list) or not answers:
+        raise DatasetError(f"{where}: {a_key!r} must be a string or a non-empty list")
+    if problem := text_problem(row[q_key], q_key) or (f"{a_key!r} holds a null" if None in answers else None):
+        raise DatasetError(f"{where}: {problem}")  # str() would make it the text "None"
+    return str(row[q_key]), [str(a) for a in answers]
 
 
 def text_problem(value, key: str) -> str | None:
