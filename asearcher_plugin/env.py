@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not installed (eval, synthesis)
@@ -25,6 +26,7 @@ from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_
                                             invalid_feedback, reasoning_prompt, template_for)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
+from asearcher_plugin.records import Trajectory, flat_logs
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
 from local_retriever.log_throttle import throttled
@@ -218,17 +220,25 @@ class AgentInstance(AgentInstanceBase):
         self.judge_failed = True
         return fallback
 
-    def extra_logs(self) -> dict:
-        """The same keys for every trajectory under one config (see `scores` in __init__)."""
-        logs = {"turns": float(self.turns), "searches": float(self.searches), "accesses": float(self.accesses),
-                "invalid_actions": float(self.invalid), "tool_errors": float(self.tool_errors),
-                "tool_seconds": round(self.tool_seconds, 4), "answered": float(self.answer is not None),
-                "answer_chars": float(len(self.answer or "")), "ended_without_action": float(self.ended_without_action),
-                **{f"score_{k}": float(self.scores.get(k, 0.0)) for k in METRICS}}
+    def metric_scores(self) -> dict[str, float]:
+        """One value per metric, the same keys for every trajectory under one config (see `scores` in __init__)."""
+        scores = {k: float(self.scores.get(k, 0.0)) for k in METRICS}
         if self.config.reward.metric == "judge":
-            logs["score_judge"] = float(self.scores.get("judge", 0.0))
-            logs["judge_failed"] = float(self.judge_failed)
-        return logs
+            scores["judge"] = float(self.scores.get("judge", 0.0))
+        return scores
+
+    def counters(self) -> dict[str, float]:
+        stats = {"turns": float(self.turns), "searches": float(self.searches), "accesses": float(self.accesses),
+                 "invalid_actions": float(self.invalid), "tool_errors": float(self.tool_errors),
+                 "tool_seconds": round(self.tool_seconds, 4), "answered": float(self.answer is not None),
+                 "answer_chars": float(len(self.answer or "")),
+                 "ended_without_action": float(self.ended_without_action)}
+        if self.config.reward.metric == "judge":
+            stats["judge_failed"] = float(self.judge_failed)
+        return stats
+
+    def extra_logs(self) -> dict:
+        return flat_logs(self.counters(), self.metric_scores())
 
 
 class AgentExecutor(AgentExecutorBase):
@@ -261,11 +271,17 @@ class AgentExecutor(AgentExecutorBase):
         return box
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        """OpenRLHF's entry point: the trajectory as OpenRLHF's dict. Our own callers use `run`."""
+        trajectory = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        return trajectory.to_openrlhf()
+
+    async def run(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine,
+                  images=None) -> Trajectory:
         if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
-            out = await self.execute("(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
-            return {**out, "prompt": prompt, "label": label}
+            out = await self.run("(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
+            return replace(out, prompt=prompt, label=label)
         if self.config.agent_type == "asearcher-reasoning":
-            return await self._execute_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
+            return await self._run_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         agent = AgentInstance(self.config, self._toolbox())
         observation = (await agent.reset({"observation": prompt, "label": label}))["observation"]
         chat = self.config.feedback_style == "chat"
@@ -322,14 +338,12 @@ class AgentExecutor(AgentExecutorBase):
                 texts.append(feedback)
         if not done:
             reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
-        logs = agent.extra_logs()
-        logs["truncated"] = float(truncated)
-        return {"prompt": prompt, "label": label, "images": images, "mm_train_inputs": None,
-                "observation_tokens": tokens, "action_ranges": action_ranges, "rollout_log_probs": logprobs,
-                "reward": reward, "scores": reward, "truncated": truncated, "extra_logs": logs,
-                "answer": agent.answer, "text": "".join(texts), "token_times": [first_call_at, last_token_at]}
+        return Trajectory(prompt=prompt, label=label, reward=reward, scores=agent.metric_scores(),
+                          stats=agent.counters(), truncated=truncated, answer=agent.answer, text="".join(texts),
+                          observation_tokens=tokens, action_ranges=action_ranges, rollout_log_probs=logprobs,
+                          token_times=[first_call_at, last_token_at], images=images)
 
-    async def _execute_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
+    async def _run_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
         agent = AgentInstance(self.config, self._toolbox())
         agent.question = prompt = scrub(prompt)
@@ -351,11 +365,9 @@ class AgentExecutor(AgentExecutorBase):
             history += fresh_short + out.text
             fresh = result["environment_feedback"] or ""
             fresh_short = result.get("feedback_short", fresh) or ""
-        reward = float(result["rewards"].item())
-        logs = {**agent.extra_logs(), "llm_calls": float(calls), "tokens_processed": float(tokens_used), "truncated": 0.0}
-        return {"prompt": prompt, "label": label, "reward": reward, "scores": reward, "extra_logs": logs,
-                "answer": agent.answer, "text": history, "truncated": False, "observation_tokens": None,
-                "action_ranges": None, "rollout_log_probs": None}
+        stats = {**agent.counters(), "llm_calls": float(calls), "tokens_processed": float(tokens_used)}
+        return Trajectory(prompt=prompt, label=label, reward=float(result["rewards"].item()),
+                          scores=agent.metric_scores(), stats=stats, answer=agent.answer, text=history)
 
 
 def stub_block(shown, tokens: list, logprobs: list | None, action_ranges: list, texts: list) -> tuple[list, list | None]:

@@ -36,7 +36,8 @@ def _actor_class():
                                      num_samples=1, images=None):
             self.pending += num_samples
             try:
-                runs = [self.executor.execute(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
+                # The typed record, not OpenRLHF's dict: no trainer reads these.
+                runs = [self.executor.run(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
                         for _ in range(num_samples)]
                 return await asyncio.gather(*runs)
             finally:
@@ -120,11 +121,11 @@ async def _drain(sched: StreamingScheduler, fh, steps: int) -> int:
         for group in batch:
             for sample in group.samples:
                 fh.write(json.dumps({"step": step, "prompt": group.prompt[0], "label": group.prompt[1],
-                                     "answer": sample.get("answer"), "reward": sample["reward"],
-                                     "truncated": sample["truncated"], "logs": sample["extra_logs"],
+                                     "answer": sample.answer, "reward": sample.reward, "truncated": sample.truncated,
+                                     "scores": sample.scores, "logs": sample.stats,
                                      "admitted_version": group.admitted_version, "consumed_version": step,
-                                     **token_versions(sched.clock, sample),
-                                     "tokens": len(sample["observation_tokens"])}) + "\n")
+                                     **token_versions(sched.clock, sample.token_times),
+                                     "tokens": sample.tokens}) + "\n")
                 written += 1
         sched.set_version(step + 1)
     return written

@@ -2,19 +2,19 @@
 
 A candidate that passes quality and uniqueness replaces the current question, whether or not it is
 hard yet: questions get hard step by step. Only accepted questions answered without tools at most
-`max_solve_rate` of the time are emitted. The result is a plain dict (it crosses Ray process
-boundaries and is one line of `items.jsonl`).
+`max_solve_rate` of the time are emitted. The result is a `SynthItem` (records.py).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from asearcher_plugin.tools import ToolBox, ToolError
 
 from .chat import BadOutput, ChatClient, EndpointUnavailable, UsageLog
 from .config import SynthConfig
+from .records import Round, SynthItem, Variant
 from .steps import QA, fuzz, inject, seed_from_page
 from .validate import difficulty, quality, uniqueness
 
@@ -42,25 +42,21 @@ async def validate(ctx: Context, gen: ChatClient, judge: ChatClient, qa: QA) -> 
     return {**verdicts, "passed": True, "reason": ""}
 
 
-def _variant(qa: QA, round_: int, solve_rate: float) -> dict:
-    return {**asdict(qa), "round": round_, "solve_rate": solve_rate}
-
-
-async def synth_item(ctx: Context, seed: dict) -> dict:
+async def synth_item(ctx: Context, seed: dict) -> SynthItem:
     started = time.perf_counter()
     usage = UsageLog()
     gen, judge = ctx.generator.for_item(usage), ctx.judge.for_item(usage)
-    result = {"seed_id": seed["id"], "source": "page" if "page" in seed else "seed", "rounds": [], "variants": []}
+    result = SynthItem(seed_id=seed["id"], source="page" if "page" in seed else "seed")
     try:
         await _loop(ctx, gen, judge, seed, result)
     except INFRA_ERRORS as exc:
-        result.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
-    result["usage"] = usage.as_dict()
-    result["seconds"] = round(time.perf_counter() - started, 3)
+        result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+    result.usage = usage.as_dict()
+    result.seconds = round(time.perf_counter() - started, 3)
     return result
 
 
-async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, result: dict) -> None:
+async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, result: SynthItem) -> None:
     cfg = ctx.cfg
     try:
         if "page" in seed:
@@ -70,36 +66,35 @@ async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, re
                     facts=[f"{seed['question']} {seed['answer']}"])
         verdicts = await validate(ctx, gen, judge, qa)
     except BadOutput as exc:
-        result.update(status="dropped", reason=f"seed: {exc.code}", detail=exc.detail)
+        result.status, result.reason, result.detail = "dropped", f"seed: {exc.code}", exc.detail
         return
-    result["seed"] = {"question": qa.question, "answer": qa.answer}
-    result["rounds"].append({"round": 0, "action": "seed", "status": "accepted" if verdicts["passed"] else "rejected",
-                             "question": qa.question, "verdicts": verdicts, "reason": verdicts["reason"]})
+    result.seed = {"question": qa.question, "answer": qa.answer}
+    result.rounds.append(Round(0, "seed", "accepted" if verdicts["passed"] else "rejected", verdicts["reason"],
+                               qa.question, verdicts))
     if not verdicts["passed"]:
-        result.update(status="dropped", reason=f"seed: {verdicts['reason']}")
+        result.status, result.reason = "dropped", f"seed: {verdicts['reason']}"
         return
     solve = verdicts["difficulty"]["solve_rate"]
     if solve <= cfg.max_solve_rate:
-        result["variants"].append(_variant(qa, 0, solve))
+        result.variants.append(Variant(qa, 0, solve))
     for r in range(1, cfg.rounds + 1):
         if solve == 0 and cfg.stop_when_unsolved:
             break
         action = cfg.actions[(r - 1) % len(cfg.actions)]
-        entry = {"round": r, "action": action}
         try:
             candidate = await (inject(gen, ctx.tools, qa, r, cfg) if action == "inject" else fuzz(gen, qa, r, cfg))
             verdicts = await validate(ctx, gen, judge, candidate)
         except (BadOutput, ToolError) as exc:
             code = exc.code if isinstance(exc, BadOutput) else "search failed"
-            result["rounds"].append({**entry, "status": "dropped", "reason": f"{action}: {code}", "detail": str(exc)[:300]})
+            result.rounds.append(Round(r, action, "dropped", f"{action}: {code}", detail=str(exc)[:300]))
             continue
         accepted = verdicts["passed"]
-        result["rounds"].append({**entry, "status": "accepted" if accepted else "rejected", "question": candidate.question,
-                                 "verdicts": verdicts, "reason": verdicts["reason"]})
+        result.rounds.append(Round(r, action, "accepted" if accepted else "rejected", verdicts["reason"],
+                                   candidate.question, verdicts))
         if accepted:
             qa, solve = candidate, verdicts["difficulty"]["solve_rate"]
             if solve <= cfg.max_solve_rate:
-                result["variants"].append(_variant(qa, r, solve))
-    result["variants"] = result["variants"][-cfg.max_variants_per_seed:]
-    result["status"] = "done" if result["variants"] else "dropped"
-    result["reason"] = "" if result["variants"] else "never hard enough"
+                result.variants.append(Variant(qa, r, solve))
+    result.variants = result.variants[-cfg.max_variants_per_seed:]
+    result.status = "done" if result.variants else "dropped"
+    result.reason = "" if result.variants else "never hard enough"

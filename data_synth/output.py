@@ -15,6 +15,7 @@ from asearcher_plugin.jsonl import drop_cut_tail
 
 from .config import SynthConfig
 from .dedup import NearDuplicates
+from .records import SynthItem, Variant
 
 ITEMS = "items.jsonl"
 TRAIN = "train.jsonl"
@@ -31,28 +32,30 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def latest_items(out_dir: Path) -> dict[str, dict]:
+def latest_items(out_dir: Path) -> dict[str, SynthItem]:
     """The last line per seed; a seed that failed and later finished counts as finished."""
-    latest: dict[str, dict] = {}
+    latest: dict[str, SynthItem] = {}
     for row in read_jsonl(out_dir / ITEMS):
-        latest[row["seed_id"]] = row
+        item = SynthItem.from_json(row)
+        latest[item.seed_id] = item
     return latest
 
 
-def training_row(result: dict, variant: dict, k: int) -> dict:
-    seed = result.get("seed", {})
+def training_row(result: SynthItem, variant: Variant, k: int) -> dict:
+    qa = variant.qa
     return {
-        "id": f"{result['seed_id']}#r{variant['round']}",
-        "question": variant["question"],
-        "answer": variant["answer"],
-        "golden_answers": [variant["answer"]] + [a for a in variant["aliases"] if a != variant["answer"]],
+        "id": f"{result.seed_id}#r{variant.round}",
+        "question": qa.question,
+        "answer": qa.answer,
+        "golden_answers": qa.golds(),
         "provenance": {
-            "seed_id": result["seed_id"], "source": result["source"], "seed_question": seed.get("question", ""),
-            "round": variant["round"], "injections": variant["injections"], "fuzzes": variant["fuzzes"],
-            "solve_rate": variant["solve_rate"], "k": k, "facts": variant["facts"],
+            "seed_id": result.seed_id, "source": result.source,
+            "seed_question": (result.seed or {}).get("question", ""),
+            "round": variant.round, "injections": qa.injections, "fuzzes": qa.fuzzes,
+            "solve_rate": variant.solve_rate, "k": k, "facts": qa.facts,
             "evidence": [{key: e.get(key, "") for key in ("round", "entity", "query", "title", "url", "source", "quote", "fact")}
-                         for e in variant["evidence"]],
-            "edits": variant["edits"],
+                         for e in qa.evidence],
+            "edits": qa.edits,
         },
     }
 
@@ -62,7 +65,7 @@ class Output:
         self.dir, self.cfg = Path(out_dir), cfg
         self.dir.mkdir(parents=True, exist_ok=True)
         items = latest_items(self.dir)
-        self.finished = {sid for sid, row in items.items() if row["status"] != "failed"}
+        self.finished = {sid for sid, item in items.items() if item.finished}
         self.dedup = NearDuplicates(cfg.dedup_threshold)
         train = [r for r in read_jsonl(self.dir / TRAIN) if r["provenance"]["seed_id"] in self.finished]
         with open(self.dir / TRAIN, "w", encoding="utf-8") as fh:
@@ -74,25 +77,25 @@ class Output:
         self._items = open(self.dir / ITEMS, "a", encoding="utf-8")
         self._train = open(self.dir / TRAIN, "a", encoding="utf-8")
 
-    def write(self, result: dict) -> None:
+    def write(self, result: SynthItem) -> None:
         emitted = 0
-        for variant in result.get("variants", []):
+        for variant in result.variants:
             row = training_row(result, variant, self.cfg.k)
             duplicate = self.dedup.add(row["id"], row["question"])
             if duplicate:
-                variant["duplicate_of"] = duplicate
+                variant.duplicate_of = duplicate
                 continue
             self._train.write(json.dumps(row, ensure_ascii=False) + "\n")
             emitted += 1
-        result["emitted"] = emitted
+        result.emitted = emitted
         self.emitted += emitted
-        if result.get("status") == "done" and not emitted:
-            result.update(status="dropped", reason="near-duplicate")
+        if result.status == "done" and not emitted:
+            result.status, result.reason = "dropped", "near-duplicate"
         self._train.flush()
-        self._items.write(json.dumps(result, ensure_ascii=False) + "\n")
+        self._items.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
         self._items.flush()
-        if result["status"] != "failed":
-            self.finished.add(result["seed_id"])
+        if result.finished:
+            self.finished.add(result.seed_id)
 
     def close(self) -> None:
         self._items.close()

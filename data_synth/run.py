@@ -18,10 +18,11 @@ from .config import SynthConfig
 from .dedup import NearDuplicates
 from .item import Context, synth_item
 from .output import Output
+from .records import SynthItem
 from .stats import write_stats
 
 
-async def run_items(cfg: SynthConfig, seeds: list[dict], on_result: Callable[[dict], None]) -> None:
+async def run_items(cfg: SynthConfig, seeds: list[dict], on_result: Callable[[SynthItem], None]) -> None:
     """Every seed through `synth_item`, `cfg.concurrency` at a time; `on_result` as each finishes."""
     from asearcher_plugin.tools import make_toolbox
 
@@ -49,8 +50,7 @@ def _drop_duplicate_seeds(seeds: list[dict], cfg: SynthConfig, out: Output) -> l
         if dup is None:
             kept.append(s)
         elif s["id"] not in out.finished:
-            out.write({"seed_id": s["id"], "source": "seed", "status": "dropped", "reason": "near-duplicate seed",
-                       "detail": dup, "rounds": [], "variants": []})
+            out.write(SynthItem(seed_id=s["id"], source="seed", status="dropped", reason="near-duplicate seed", detail=dup))
     return kept
 
 
@@ -60,7 +60,7 @@ def run_synth(seeds: list[dict], cfg: SynthConfig, out_dir: Path, ray_address: s
     todo = [s for s in _drop_duplicate_seeds(seeds, cfg, out) if s["id"] not in out.finished]
     bar = tqdm(total=len(todo), desc="synth", unit=" seed", disable=not progress)
 
-    def on_result(result: dict) -> None:
+    def on_result(result: SynthItem) -> None:
         out.write(result)
         bar.update()
         bar.set_postfix(emitted=out.emitted, refresh=False)

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from .output import TRAIN, latest_items, read_jsonl
+from .records import SynthItem
 
 STAGE_COLUMNS = ("attempted", "generated", "quality passed", "unique", "accepted", "hard enough")
 
@@ -16,58 +17,65 @@ def _mean(values: list[float]) -> float:
     return round(sum(values) / len(values), 3) if values else 0.0
 
 
-def compute_stats(out_dir: Path, max_solve_rate: float) -> dict:
-    items = list(latest_items(out_dir).values())
-    train = read_jsonl(out_dir / TRAIN)
-    status = Counter(r["status"] for r in items)
+def _stage_counts(items: list[SynthItem], max_solve_rate: float) -> tuple[dict, Counter]:
+    """Per step kind, how many candidates got through each check; and why the others did not."""
     reasons: Counter = Counter()
     stages = {a: Counter() for a in ("seed", "inject", "fuzz")}
     for item in items:
-        if item["status"] != "done" and item.get("reason"):
-            reasons[item["reason"]] += 1
-        for rnd in item.get("rounds", []):
-            s = stages[rnd["action"]]
+        if item.status != "done" and item.reason:
+            reasons[item.reason] += 1
+        for rnd in item.rounds:
+            s = stages[rnd.action]
             s["attempted"] += 1
-            if rnd["status"] == "dropped":
-                reasons[rnd["reason"]] += 1
+            if rnd.status == "dropped":
+                reasons[rnd.reason] += 1
                 continue
             s["generated"] += 1
-            v = rnd["verdicts"]
-            if v["quality"]["passed"]:
+            if rnd.passed("quality"):
                 s["quality passed"] += 1
-                if v["uniqueness"]["passed"]:
+                if rnd.passed("uniqueness"):
                     s["unique"] += 1
-            if rnd["status"] == "rejected":
-                reasons[f"{rnd['action']}: {rnd['reason']}"] += 1
-            if rnd["status"] == "accepted":
+            if rnd.status == "rejected":
+                reasons[f"{rnd.action}: {rnd.reason}"] += 1
+            if rnd.status == "accepted":
                 s["accepted"] += 1
-                if v["difficulty"]["solve_rate"] <= max_solve_rate:
+                if rnd.solve_rate <= max_solve_rate:
                     s["hard enough"] += 1
-    tokens: dict[str, dict] = {}
+    return {k: {key: v[key] for key in STAGE_COLUMNS} for k, v in stages.items()}, reasons
+
+
+def _tokens(items: list[SynthItem], emitted: int) -> dict:
+    by_stage: dict[str, Counter] = {}
     for item in items:
-        for key, u in item.get("usage", {}).items():
-            t = tokens.setdefault(key, Counter())
-            t.update(u)
+        for key, u in item.usage.items():
+            by_stage.setdefault(key, Counter()).update(u)
     total = Counter()
-    for t in tokens.values():
+    for t in by_stage.values():
         total.update(t)
-    emitted = len(train)
+    per_emitted = round((total["prompt_tokens"] + total["completion_tokens"]) / emitted) if emitted else None
+    return {"total": dict(total), "per_emitted": per_emitted,
+            "by_stage": {k: dict(v) for k, v in sorted(by_stage.items())}}
+
+
+def compute_stats(out_dir: Path, max_solve_rate: float) -> dict:
+    items = list(latest_items(out_dir).values())
+    train = read_jsonl(out_dir / TRAIN)
+    status = Counter(i.status for i in items)
+    stages, reasons = _stage_counts(items, max_solve_rate)
     prov = [r["provenance"] for r in train]
-    accepted = [[rnd for rnd in i.get("rounds", []) if rnd["status"] == "accepted"] for i in items if i["status"] != "failed"]
+    accepted = [[rnd for rnd in i.rounds if rnd.status == "accepted"] for i in items if i.finished]
     return {
         "seeds": {"finished": sum(v for k, v in status.items() if k != "failed"), **dict(status)},
-        "emitted": emitted,
-        "duplicates": sum(1 for i in items for v in i.get("variants", []) if v.get("duplicate_of")),
-        "stages": {k: {key: v[key] for key in STAGE_COLUMNS} for k, v in stages.items()},
+        "emitted": len(train),
+        "duplicates": sum(1 for i in items for v in i.variants if v.duplicate_of),
+        "stages": stages,
         "drop_reasons": dict(reasons.most_common()),
         "per_emitted": {"injections": _mean([p["injections"] for p in prov]), "fuzzes": _mean([p["fuzzes"] for p in prov]),
                         "solve_rate": _mean([p["solve_rate"] for p in prov])},
-        "per_seed": {"accepted_injections": _mean([sum(r["action"] == "inject" for r in a) for a in accepted]),
-                     "accepted_fuzzes": _mean([sum(r["action"] == "fuzz" for r in a) for a in accepted])},
-        "tokens": {"total": dict(total), "per_emitted": round((total["prompt_tokens"] + total["completion_tokens"])
-                                                               / emitted) if emitted else None,
-                   "by_stage": {k: dict(v) for k, v in sorted(tokens.items())}},
-        "seconds": round(sum(i.get("seconds", 0.0) for i in items), 1),
+        "per_seed": {"accepted_injections": _mean([sum(r.action == "inject" for r in a) for a in accepted]),
+                     "accepted_fuzzes": _mean([sum(r.action == "fuzz" for r in a) for a in accepted])},
+        "tokens": _tokens(items, len(train)),
+        "seconds": round(sum(i.seconds for i in items), 1),
     }
 
 

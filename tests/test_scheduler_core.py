@@ -202,5 +202,5 @@ def test_version_clock_dates_tokens_with_the_version_then_in_force():
     clock.record(1, at=150.0)  # no change, no entry
     clock.record(2, at=200.0)
     assert [clock.version_at(t) for t in (50.0, 100.0, 199.9, 200.0, 1e12)] == [0, 1, 1, 2, 2]
-    assert token_versions(clock, {"token_times": [120.0, 210.0]}) == {"first_token_version": 1, "last_token_version": 2}
-    assert token_versions(clock, {}) == {"first_token_version": None, "last_token_version": None}
+    assert token_versions(clock, [120.0, 210.0]) == {"first_token_version": 1, "last_token_version": 2}
+    assert token_versions(clock, None) == {"first_token_version": None, "last_token_version": None}

@@ -267,13 +267,38 @@ def test_cli_runs_from_a_seed_file_to_a_training_file(kb_server, tmp_path):
 def test_items_file_cut_mid_line_is_not_merged_with_the_next_item(tmp_path):
     from data_synth.config import SynthConfig
     from data_synth.output import Output
+    from data_synth.records import SynthItem
 
     done = json.dumps({"seed_id": "s1", "status": "dropped", "variants": []})
     cut = json.dumps({"seed_id": "s2", "status": "dropped", "variants": []})
     (tmp_path / "items.jsonl").write_text(done + "\n" + cut[:20])
     out = Output(tmp_path, SynthConfig())
     assert out.finished == {"s1"}
-    out.write({"seed_id": "s2", "status": "failed", "variants": []})
+    out.write(SynthItem(seed_id="s2", status="failed"))
     out.close()
     rows = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert [r["seed_id"] for r in rows] == ["s1", "s2"]
+
+
+def test_items_lines_read_back_as_records_unchanged(tmp_path):
+    """items.jsonl lines (as the dict-building version wrote them) become `SynthItem`s and back without loss."""
+    from data_synth.records import SynthItem
+
+    verdicts = {"quality": {"passed": True, "failed": []}, "difficulty": {"solve_rate": 0.25, "answers": ["x"],
+                "correct": [False]}, "uniqueness": {"passed": True}, "passed": True, "reason": ""}
+    variant = {"question": "Q?", "answer": "A", "aliases": ["a"], "facts": ["f"], "evidence": [{"url": "u"}],
+               "entities": [], "edits": [], "injections": 1, "fuzzes": 0, "round": 1, "solve_rate": 0.25,
+               "duplicate_of": "s0#r1"}
+    row = {"seed_id": "s1", "source": "page", "status": "done", "reason": "", "seed": {"question": "Q0?", "answer": "A"},
+           "rounds": [{"round": 0, "action": "seed", "status": "accepted", "question": "Q0?", "verdicts": verdicts,
+                       "reason": ""},
+                      {"round": 1, "action": "inject", "status": "dropped", "reason": "inject: answer changed",
+                       "detail": "x"}],
+           "variants": [variant], "usage": {"generator/inject": {"calls": 1}}, "seconds": 1.5, "emitted": 0}
+    item = SynthItem.from_json(row)
+    assert item.rounds[0].passed("quality") and item.rounds[0].solve_rate == 0.25 and not item.rounds[1].passed("quality")
+    assert item.variants[0].qa.golds() == ["A", "a"] and item.variants[0].duplicate_of == "s0#r1"
+    assert item.to_json() == row
+    assert SynthItem.from_json({"seed_id": "s2", "status": "failed"}).to_json() == {
+        "seed_id": "s2", "source": "seed", "status": "failed", "reason": "", "rounds": [], "variants": [], "usage": {},
+        "seconds": 0.0}

@@ -10,6 +10,8 @@ import html
 import io
 import re
 
+from ..records import EvalRow
+
 HEADLINE = ("f1", "em", "cover_em", "substring", "judge")
 
 
@@ -43,17 +45,17 @@ def render_markdown(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows: list[dict]) -> str:
+def _plot(rows: list[EvalRow]) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.status == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-    axes[0].hist([r["scores"].get("f1", 0.0) for r in ok], bins=10, range=(0, 1), color="#4c72b0")
+    axes[0].hist([r.scores.get("f1", 0.0) for r in ok], bins=10, range=(0, 1), color="#4c72b0")
     axes[0].set_title("F1 per trajectory", fontsize=10)
-    axes[1].hist([r["logs"].get("turns", 0) for r in ok], bins=20, color="#dd8452")
+    axes[1].hist([r.logs.get("turns", 0) for r in ok], bins=20, color="#dd8452")
     axes[1].set_title("turns per trajectory", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -75,27 +77,26 @@ def _turns_html(text: str) -> str:
     return "\n".join(parts)
 
 
-def render_html(metrics: dict, rows: list[dict]) -> str:
+def render_html(metrics: dict, rows: list[EvalRow]) -> str:
     k = metrics["k"]
     table = "\n".join(
         f"<tr><td>{html.escape(d)}</td><td>{n_}</td><td>{q}</td><td>{a:.3f} <small>({ac[0]:.3f}-{ac[1]:.3f})</small></td>"
         f"<td>{p:.3f} <small>({pc[0]:.3f}-{pc[1]:.3f})</small></td></tr>"
         for d, n_, q, a, ac, p, pc in _metric_rows(metrics))
     items = []
-    for r in sorted(rows, key=lambda r: (r["dataset"], r["id"], r["seed"])):
-        if r["status"] != "ok":
-            cls, what = ("failed", "FAILED") if r["status"] == "failed" else ("error", "ERROR")
-            items.append(f'<details class="{cls}"><summary>{html.escape(r["dataset"])}/{html.escape(r["id"])} seed {r["seed"]}: '
-                         f'{what} ({html.escape(r.get("error", ""))})</summary></details>')
+    for r in sorted(rows, key=lambda r: r.key):
+        if r.status != "ok":
+            cls, what = ("failed", "FAILED") if r.status == "failed" else ("error", "ERROR")
+            items.append(f'<details class="{cls}"><summary>{html.escape(r.dataset)}/{html.escape(r.id)} seed {r.seed}: '
+                         f'{what} ({html.escape(r.error)})</summary></details>')
             continue
-        s = r["scores"]
-        logs = r["logs"]
+        s, logs = r.scores, r.logs
         items.append(
-            f'<details class="traj"><summary><b>{html.escape(r["dataset"])}/{html.escape(r["id"])}</b> seed {r["seed"]} - '
+            f'<details class="traj"><summary><b>{html.escape(r.dataset)}/{html.escape(r.id)}</b> seed {r.seed} - '
             f'F1 {s.get("f1", 0):.2f}, EM {s.get("em", 0):.0f} - {int(logs.get("turns", 0))} turns, '
-            f'{int(logs.get("searches", 0))} searches, {int(logs.get("accesses", 0))} pages - {html.escape(r["question"])}</summary>'
-            f'<p><b>gold:</b> {html.escape(" | ".join(r["golden_answers"]))} &nbsp; <b>answer:</b> '
-            f'{html.escape(str(r.get("answer")))}</p>{_turns_html(r.get("text", ""))}</details>')
+            f'{int(logs.get("searches", 0))} searches, {int(logs.get("accesses", 0))} pages - {html.escape(r.question)}</summary>'
+            f'<p><b>gold:</b> {html.escape(" | ".join(r.golden_answers))} &nbsp; <b>answer:</b> '
+            f'{html.escape(str(r.answer))}</p>{_turns_html(r.text)}</details>')
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>asearcher evaluation report</title>
 <style>

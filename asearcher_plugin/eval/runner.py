@@ -15,7 +15,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from ..config import AgentConfig
@@ -23,28 +22,25 @@ from ..engines.openai import EngineUnavailable
 from ..engines.types import SamplingParams
 from ..env import AgentExecutor
 from ..jsonl import drop_cut_tail
-from .metrics import summarise
+from ..records import EvalRow
+from .metrics import asearcher_aggregate, compute_metrics
 
 INFRA_ERRORS = (EngineUnavailable, ConnectionError, TimeoutError, OSError)
 
 
-def item_key(row: dict) -> tuple[str, str, int]:
-    # FlashRAG files all number their questions `test_0`, `test_1`, ...: ids are unique only
-    # within a dataset.
-    return row["dataset"], row["id"], row["seed"]
-
-
-def _done(path: Path) -> set[tuple[str, str, int]]:
-    done = set()
+def _read_rows(path: Path) -> list[EvalRow]:
+    rows = []
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                rows.append(EvalRow.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, AttributeError):
                 continue  # a line cut by a crash
-            if row.get("status") == "ok":
-                done.add(item_key(row))
-    return done
+    return rows
+
+
+def _done(path: Path) -> set[tuple[str, str, int]]:
+    return {row.key for row in _read_rows(path) if row.status == "ok"}
 
 
 async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, out_dir: Path, k: int = 1,
@@ -68,23 +64,18 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
         async with sem:
             params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=None, seed=seed)
             started = time.perf_counter()
-            row = {"id": item["id"], "dataset": item["dataset"], "seed": seed, "question": item["question"],
-                   "golden_answers": item["golden_answers"]}
+            row = EvalRow(dataset=item["dataset"], id=item["id"], seed=seed, question=item["question"],
+                          golden_answers=item["golden_answers"])
             try:
-                result = await executor.execute(item["question"], item["golden_answers"], params, max_length,
-                                                tokenizer, engine)
-                logs = result["extra_logs"]
-                row.update(status="ok", answer=result["answer"], reward=result["reward"], text=result["text"],
-                           truncated=result["truncated"], logs=logs,
-                           scores={k_[6:]: v for k_, v in logs.items() if k_.startswith("score_")},
-                           tokens=len(result["observation_tokens"] or []),
-                           gen_tokens=sum(b - a for a, b in result["action_ranges"] or []))
+                row.record(await executor.run(item["question"], item["golden_answers"], params, max_length, tokenizer,
+                                              engine))
             except INFRA_ERRORS as exc:
-                row.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+                row.status, row.error = "failed", f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001 - one bad item must not end a run of thousands
-                row.update(status="error", error=f"{type(exc).__name__}: {exc}")
-            row["seconds"] = round(time.perf_counter() - started, 3)
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")  # a stray object in logs must not end the run
+                row.status, row.error = "error", f"{type(exc).__name__}: {exc}"
+            row.seconds = round(time.perf_counter() - started, 3)
+            # default=str: a stray object in logs must not end the run
+            fh.write(json.dumps(row.to_json(), ensure_ascii=False, default=str) + "\n")
             fh.flush()
             bar.update()
 
@@ -95,84 +86,19 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
     return out_dir
 
 
-def load_rows(out_dir: Path) -> list[dict]:
-    rows = []
-    for line in (out_dir / "trajectories.jsonl").read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    latest = {}
+def load_rows(out_dir: Path) -> list[EvalRow]:
+    rows = _read_rows(out_dir / "trajectories.jsonl")
+    latest: dict[tuple[str, str, int], EvalRow] = {}
     for row in rows:  # a retried item replaces its failed attempt
-        key = item_key(row)
-        if key not in latest or row["status"] == "ok":
-            latest[key] = row
+        if row.key not in latest or row.status == "ok":
+            latest[row.key] = row
     return list(latest.values())
-
-
-def compute_metrics(rows: list[dict], k: int) -> dict:
-    ok = [r for r in rows if r["status"] == "ok"]
-    failed = [r for r in rows if r["status"] == "failed"]
-    errors = [r for r in rows if r["status"] not in ("ok", "failed")]
-    metrics = {"k": k, "items_ok": len(ok), "items_failed": len(failed), "items_error": len(errors), "datasets": {}}
-    groups = {"overall": ok}
-    for r in ok:
-        groups.setdefault(r["dataset"], []).append(r)
-    for name, group in groups.items():
-        by_q: dict[tuple[str, str], list[dict]] = {}
-        for r in group:
-            by_q.setdefault((r["dataset"], r["id"]), []).append(r)
-        names = sorted({m for r in group for m in r["scores"]})
-        entry = {m: summarise([[x["scores"].get(m, 0.0) for x in sorted(rs, key=lambda x: x["seed"])]
-                               for rs in by_q.values()], k) for m in names}
-        entry["distributions"] = {key: _dist([r["logs"].get(key, 0.0) for r in group])
-                                  for key in ("turns", "searches", "accesses", "invalid_actions", "tool_errors")}
-        entry["distributions"]["tokens"] = _dist([r.get("tokens", 0) for r in group])
-        metrics["datasets"][name] = entry
-    return metrics
-
-
-def _dist(values: list[float]) -> dict:
-    if not values:
-        return {}
-    a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
-            "max": float(a.max())}
-
-
-# ASearcher's metric names for ours: its F1 is the set-based one, CEM is cover-EM, MBE the judge's verdict.
-ASEARCHER_METRICS = {"F1": "asearcher_f1", "EM": "em", "CEM": "cover_em", "MBE": "judge"}
 
 
 def aggregate_file_name(config: AgentConfig, temperature: float) -> str:
     """ASearcher's `aggregate_results_{agent}_{prompt}_{client}_t{T}.json`; the prompt is named by the agent type."""
     client = "async-search-access" if config.tools.backend == "local" else "async-web-search-access"
     return f"aggregate_results_{config.agent_type}_{config.agent_type}_{client}_t{temperature:.1f}.json"
-
-
-def asearcher_aggregate(rows: list[dict], k: int) -> dict:
-    """Per dataset, the shape of ASearcher's aggregate file: `num` questions, each metric's mean over every
-    (question, run), `{metric}.Max@{k}` (mean over questions of the best of the first k runs), and the
-    average generated tokens, searches and page accesses per trajectory."""
-    out: dict[str, dict] = {}
-    for name in dict.fromkeys(r["dataset"] for r in rows if r["status"] == "ok"):
-        group = [r for r in rows if r["status"] == "ok" and r["dataset"] == name]
-        by_q: dict[str, list[dict]] = {}
-        for r in sorted(group, key=lambda r: r["seed"]):
-            by_q.setdefault(r["id"], []).append(r)
-        entry: dict = {"num": len(by_q)}
-        for theirs, ours in ASEARCHER_METRICS.items():
-            if not all(ours in r["scores"] for r in group):
-                continue
-            runs = [[r["scores"][ours] for r in rs] for rs in by_q.values()]
-            entry[theirs] = float(np.mean([v for vs in runs for v in vs]))
-            entry[f"{theirs}.Max@{k}"] = float(np.mean([max(vs[:k]) for vs in runs]))
-        if all("gen_tokens" in r for r in group):
-            entry["avg_gen_len"] = float(np.mean([r["gen_tokens"] for r in group]))
-        entry["avg_num_searchs"] = float(np.mean([r["logs"].get("searches", 0.0) for r in group]))
-        entry["avg_num_access"] = float(np.mean([r["logs"].get("accesses", 0.0) for r in group]))
-        out[name] = entry
-    return out
 
 
 def write_reports(out_dir: Path, k: int, aggregate_name: str | None = None) -> dict:

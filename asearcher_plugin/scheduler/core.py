@@ -67,9 +67,10 @@ class VersionClock:
         return self.versions[bisect.bisect_right(self.times, t) - 1]
 
 
-def token_versions(clock: VersionClock, response: dict) -> dict:
-    """The policy versions of a trajectory's first and last generated token (None if unknown)."""
-    first, last = (response.get("token_times") or [None, None])[:2]
+def token_versions(clock: VersionClock, token_times) -> dict:
+    """The policy versions of a trajectory's first and last generated token (None if unknown), from the wall
+    clock times of its first and last model call (`Trajectory.token_times`)."""
+    first, last = (token_times or [None, None])[:2]
     return {"first_token_version": clock.version_at(first), "last_token_version": clock.version_at(last)}
 
 

@@ -194,8 +194,8 @@ class StreamingSamplesGenerator(SamplesGenerator):
             prompt, label, image = item
             (ref,) = self._dispatch_prompts_to_vllm([prompt], [label], images=[image], **generate_kwargs)
             experiences = []
-            for r in await await_group(ref):
-                versions = token_versions(self._sched.clock, r)
+            for r in await await_group(ref):  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
+                versions = token_versions(self._sched.clock, r.get("token_times"))
                 e = self._process_response_into_experience(r, **generate_kwargs)
                 for key, v in versions.items():
                     e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)

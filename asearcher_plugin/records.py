@@ -1,0 +1,130 @@
+"""The trajectory record passed between the environment, the eval runner, the rollout and the scheduler.
+
+Modelled on verl's `AgentLoopOutput`: typed fields instead of a dict read by string, with per-metric
+`scores` kept apart from the counters in `stats`, so a counter (tool errors, a failed judge) can never be
+mistaken for a metric. OpenRLHF's agent contract wants one flat dict per trajectory; `to_openrlhf()` is the
+only place that dict is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# Counters logged after the `score_*` keys, as they always were: OpenRLHF logs extra_logs in dict order.
+_AFTER_SCORES = ("judge_failed", "llm_calls", "tokens_processed")
+
+
+def flat_logs(stats: dict[str, float], scores: dict[str, float]) -> dict[str, float]:
+    """OpenRLHF's `extra_logs`: counters and one `score_<metric>` per metric, all flat numbers."""
+    return {**{k: v for k, v in stats.items() if k not in _AFTER_SCORES},
+            **{f"score_{k}": float(v) for k, v in scores.items()},
+            **{k: stats[k] for k in _AFTER_SCORES if k in stats}}
+
+
+@dataclass
+class Trajectory:
+    """One finished trajectory.
+
+    `observation_tokens` is the whole token sequence (prompt, model turns, tool output); `action_ranges`
+    are the spans the model generated, `rollout_log_probs` one per token (0 outside those spans). The
+    agent that rebuilds its prompt each call has no single sequence: those three are None.
+    """
+
+    prompt: Any
+    label: Any
+    reward: float
+    scores: dict[str, float]  # one value per metric (em, f1, ..., judge): what eval reports as metrics
+    stats: dict[str, float]  # counters (turns, searches, tool_errors, judge_failed, ...): never metrics
+    truncated: bool = False
+    answer: Optional[str] = None
+    text: str = ""
+    observation_tokens: Optional[list[int]] = None
+    action_ranges: Optional[list[tuple[int, int]]] = None
+    rollout_log_probs: Optional[list[float]] = None
+    token_times: Optional[list] = None  # wall clock of the first and the last model call: [start, end]
+    images: Any = None
+    mm_train_inputs: Any = None
+
+    @property
+    def gen_tokens(self) -> int:
+        return sum(b - a for a, b in self.action_ranges or [])
+
+    @property
+    def tokens(self) -> int:
+        return len(self.observation_tokens or [])
+
+    def extra_logs(self) -> dict[str, float]:
+        return {**flat_logs(self.stats, self.scores), "truncated": float(self.truncated)}
+
+    def to_openrlhf(self) -> dict:
+        """The dict OpenRLHF 0.11.2's `_process_response_into_experience` reads (`scores` there is the
+        reward, as in its own executors). `answer`, `text` and `token_times` ride along for our scheduler."""
+        return {"prompt": self.prompt, "label": self.label, "images": self.images,
+                "mm_train_inputs": self.mm_train_inputs, "observation_tokens": self.observation_tokens,
+                "action_ranges": self.action_ranges, "rollout_log_probs": self.rollout_log_probs,
+                "reward": self.reward, "scores": self.reward, "truncated": self.truncated,
+                "extra_logs": self.extra_logs(), "answer": self.answer, "text": self.text,
+                "token_times": self.token_times}
+
+
+
+@dataclass
+class EvalRow:
+    """One (dataset, question, seed) of `asearcher eval`: a line of `trajectories.jsonl`.
+
+    `status` is "ok" (scored), "failed" (infrastructure: engine or tools unreachable) or "error" (the item
+    failed on its own); only "ok" rows carry a trajectory. `scores` feeds the metrics, `logs` the counters
+    shown beside them.
+    """
+
+    dataset: str
+    id: str
+    seed: int
+    question: str
+    golden_answers: list
+    status: str = "ok"
+    answer: Optional[str] = None
+    reward: Optional[float] = None
+    text: str = ""
+    truncated: bool = False
+    logs: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+    tokens: int = 0
+    gen_tokens: Optional[int] = None  # None on rows of versions that did not count it
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        # FlashRAG files all number their questions `test_0`, `test_1`, ...: ids are unique only within a dataset.
+        return self.dataset, self.id, self.seed
+
+    def record(self, trajectory: Trajectory) -> None:
+        self.status, self.answer, self.reward, self.text = "ok", trajectory.answer, trajectory.reward, trajectory.text
+        self.truncated, self.scores = trajectory.truncated, dict(trajectory.scores)
+        self.logs = {**trajectory.stats, "truncated": float(trajectory.truncated)}
+        self.tokens, self.gen_tokens = trajectory.tokens, trajectory.gen_tokens
+
+    def to_json(self) -> dict:
+        row = {"id": self.id, "dataset": self.dataset, "seed": self.seed, "question": self.question,
+               "golden_answers": self.golden_answers, "status": self.status}
+        if self.status == "ok":
+            row.update(answer=self.answer, reward=self.reward, text=self.text, truncated=self.truncated,
+                       logs=self.logs, scores=self.scores, tokens=self.tokens, gen_tokens=self.gen_tokens)
+        else:
+            row["error"] = self.error
+        row["seconds"] = self.seconds
+        return row
+
+    @classmethod
+    def from_json(cls, row: dict) -> "EvalRow":
+        """Also reads rows written before `logs` and `scores` were kept apart, where `logs` held OpenRLHF's flat
+        extra_logs (`score_<metric>` beside the counters) and `scores` may be missing."""
+        logs = dict(row.get("logs") or {})
+        packed = {k: logs.pop(k) for k in list(logs) if k.startswith("score_")}
+        scores = row.get("scores")
+        if scores is None:
+            scores = {k.removeprefix("score_"): v for k, v in packed.items()}
+        names = set(cls.__dataclass_fields__) - {"logs", "scores"}
+        return cls(**{k: v for k, v in row.items() if k in names}, logs=logs, scores=dict(scores))
