@@ -48,6 +48,8 @@ def main() -> None:
         uvicorn.run(fake_server(args.delay), host="127.0.0.1", port=args.serve, log_level="warning", access_log=False)
         return
 
+    import subprocess
+
     import httpx
     from transformers import AutoTokenizer
 
@@ -56,8 +58,6 @@ def main() -> None:
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
-    import subprocess
-
     from local_retriever.server_process import free_port, wait_until_up
 
     model = ensure_tiny_model("runs/tiny-model")

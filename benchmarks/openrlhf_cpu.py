@@ -100,8 +100,8 @@ def main() -> None:
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.server_process import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions
+    from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,8 @@ def main() -> None:
             f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size={args.queue}, eta={args.eta}; "
             f"scripted scheduling workload: 1-{args.max_turns} turns per trajectory (Pareto scale {args.scale}, alpha "
             f"{args.alpha}), real KB "
-            f"searches, {args.ms_per_token:.0f} ms/token; a training step is the CPU policy actor's real update of the tiny "
+            f"searches, {args.ms_per_token:.0f} ms/token; "
+            "a training step is the CPU policy actor's real update of the tiny "
             f"model (about 3 s with experience making){f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
             "idle are measured between the first and last update")
     print(publish("openrlhf_cpu", ["mode", "trajectories/s", "vs OpenRLHF async", "engine idle", "max staleness",

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def machine() -> str:
-    return f"{psutil.cpu_count(logical=True)} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}"
+    memory = psutil.virtual_memory().total / 2**30
+    return f"{psutil.cpu_count(logical=True)} cores, {memory:.0f} GiB, {platform.machine()}"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

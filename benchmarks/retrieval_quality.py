@@ -43,9 +43,11 @@ def main() -> None:
         kb.close()
     n1 = sum(q["hops"] == 1 for q in questions)
     note = (f"{len(questions)} sample questions ({n1} single-hop, {len(questions) - n1} two-hop) over "
-            f"{len(kb.passages)} passages of the bundled Wikipedia sample. Article recall: a top-k passage from the article that "
-            "states the answer; answer recall (FlashRAG convention): a top-k passage contains a gold answer; "
-            "dense = all-MiniLM-L6-v2 + FAISS Flat (int8 queries: `--int8-queries`, same index), hybrid = reciprocal rank fusion of both")
+            f"{len(kb.passages)} passages of the bundled Wikipedia sample. "
+            "Article recall: a top-k passage from the article that states the answer; "
+            "answer recall (FlashRAG convention): a top-k passage contains a gold answer; "
+            "dense = all-MiniLM-L6-v2 + FAISS Flat (int8 queries: `--int8-queries`, same index), "
+            "hybrid = reciprocal rank fusion of both")
     print(publish("retrieval_quality", ["retriever", "article R@1", "article R@5", "article R@10", "answer R@1", "answer R@5", "answer R@10", "answer R@5 two-hop"],
                   rows, note, payload))
 

@@ -79,8 +79,8 @@ def main() -> None:
     from asearcher_plugin.engines.types import SamplingParams
     from asearcher_plugin.rollout import _actor_class
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.server_process import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions
+    from local_retriever.server_process import start_server, wait_healthy
 
     kb, model = ensure_sample_kb(Path("runs/sample-kb")), ensure_tiny_model("runs/tiny-model")
     server = start_server(kb, 5121, "bm25")

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.readme_table import publish  # noqa: E402
 from local_retriever.build import BuildOptions, build_kb, ensure_sample_kb  # noqa: E402
 from local_retriever.manifest import MANIFEST_FILE, Manifest  # noqa: E402
-from local_retriever.server_process import wait_healthy  # noqa: E402
 from local_retriever.sample import load_sample_questions  # noqa: E402
+from local_retriever.server_process import wait_healthy  # noqa: E402
 
 
 def make_kb(out: Path, passages: int, factory: str) -> Path:
@@ -132,7 +132,8 @@ def main() -> None:
             rows.append([name, label, f"{r['qps']:.1f}", f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["errors"],
                          f"{r['rss_mb']:.0f}", f"{index_mb:.0f} / {corpus_mb:.0f}"])
         rows.append([name, "**ratio ours / baseline**", f"**{ratio:.1f}x**", "", "", "", "", ""])
-    note = (f"{args.clients} concurrent clients sending single-query requests (topk 5) for {args.seconds:.0f} s per server, "
+    note = (f"{args.clients} concurrent clients sending single-query requests (topk 5) "
+            f"for {args.seconds:.0f} s per server, "
             f"{args.passages:,} passages, all-MiniLM-L6-v2 on CPU; the baseline searches each request alone under one "
             "global lock, as ASearcher's server does, on the same index and encoder; RSS = server resident memory after "
             "the run; the corpus file stays on disk and is read by offset")

@@ -42,7 +42,7 @@ class AddressFile:
         self._thread = threading.Thread(target=self._publish_when_up, name="address-file", daemon=True)
         self._old_sigterm = None
 
-    def __enter__(self) -> "AddressFile":
+    def __enter__(self) -> AddressFile:
         self.folder.mkdir(parents=True, exist_ok=True)
         if self._wildcard and self.content.startswith("127."):
             # Debian maps the host name to 127.0.1.1 in /etc/hosts: other nodes cannot use that.

@@ -12,9 +12,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
 
 SearchFn = Callable[[list[str], int], list[list[tuple[int, float]]]]
 

@@ -23,8 +23,16 @@ from tqdm import tqdm
 
 from .corpus import ScanReport, join_contents, normalise_row, scan_jsonl
 from .encoder import EncoderConfig
-from .manifest import (MANIFEST_FILE, STAGE_SUFFIX, Manifest, clear_stage, completed_stage, fsync_path, mark_stage,
-                       write_durable)
+from .manifest import (
+    MANIFEST_FILE,
+    STAGE_SUFFIX,
+    Manifest,
+    clear_stage,
+    completed_stage,
+    fsync_path,
+    mark_stage,
+    write_durable,
+)
 from .pages import PAGES_FILE, PageWriter
 from .store import OFFSETS_FILE, OffsetWriter, PassageStore
 

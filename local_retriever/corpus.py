@@ -6,9 +6,9 @@ and every client still sees the exact row it was built from, plus `title`, `text
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 

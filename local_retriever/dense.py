@@ -8,8 +8,8 @@ dimension; `IVF4096,PQ64` fits in ~2 GB but needs training and a tuned nprobe.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 import faiss
 import numpy as np

@@ -46,13 +46,13 @@ class EncoderConfig(BaseModel):
         return default_encoder_path() if self.model == DEFAULT_ENCODER else self.model
 
     @classmethod
-    def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> "EncoderConfig":
+    def e5(cls, model: str = "intfloat/e5-base-v2", **kwargs) -> EncoderConfig:
         """The encoder of Search-R1's and ASearcher's wiki-18 index: mean pooling, `query: ` / `passage: `."""
         settings = {"pooling": "mean", "query_prefix": "query: ", "passage_prefix": "passage: "}
         return cls(model=model, **{**settings, **kwargs})
 
     @classmethod
-    def from_options(cls, model: str = DEFAULT_ENCODER, preset: str = "auto", **overrides) -> "EncoderConfig":
+    def from_options(cls, model: str = DEFAULT_ENCODER, preset: str = "auto", **overrides) -> EncoderConfig:
         """A config for `model` (a preset name, HF id or local folder), its family's pooling and prefixes
         filled in unless given; `preset` is auto (from the model's name), e5 or none. Overrides that are
         None count as not given."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 from pydantic import BaseModel
 
@@ -23,10 +22,10 @@ class Manifest(BaseModel):
     redirects: int = 0
     source: str = ""
     source_format: str = ""
-    dense_index: Optional[str] = None
-    faiss_factory: Optional[str] = None
-    encoder: Optional[EncoderConfig] = None
-    bm25_index: Optional[str] = None
+    dense_index: str | None = None
+    faiss_factory: str | None = None
+    encoder: EncoderConfig | None = None
+    bm25_index: str | None = None
     skipped_lines: int = 0
     build_seconds: float = 0.0
 
@@ -34,7 +33,7 @@ class Manifest(BaseModel):
         write_durable(Path(kb_dir) / MANIFEST_FILE, self.model_dump_json(indent=2).encode())
 
     @classmethod
-    def load(cls, kb_dir: Path) -> "Manifest":
+    def load(cls, kb_dir: Path) -> Manifest:
         path = Path(kb_dir) / MANIFEST_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{kb_dir} is not a knowledge base: {MANIFEST_FILE} is missing (run `asearcher kb build`)")

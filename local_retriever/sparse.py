@@ -6,8 +6,8 @@ and reloaded for queries, so a query word is stemmed exactly as its passage word
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import bm25s
 import numpy as np

@@ -7,7 +7,7 @@ links (References, External links, ...) are dropped whole, since they answer no 
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, unquote, urlsplit, parse_qs
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import mwparserfromhell
 from mwparserfromhell.nodes import Comment, ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink

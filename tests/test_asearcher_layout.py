@@ -126,7 +126,8 @@ CORPUS = [
 WEBPAGES = [
     # page text only, no title line
     {"url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
-     "contents": "Beveridge is a town in Victoria, Australia.\nIt lies north of Melbourne.\nNed Kelly grew up there."},
+     "contents": "Beveridge is a town in Victoria, Australia.\nIt lies north of Melbourne.\n"
+                 "Ned Kelly grew up there."},
     # a title line first, then text, and a field of its own
     {"url": "https://en.wikipedia.org/w/index.php?title=Ned%20Kelly", "id": "wp-2",
      "contents": "Ned Kelly\nNed Kelly was an Australian bushranger.\n\nHe was executed in 1880."},

@@ -79,7 +79,7 @@ def test_bad_files_give_one_line_naming_file_and_line(tmp_path, monkeypatch, con
 @pytest.mark.parametrize("text", ["agent:\nscheduler: {}\n", "agent: null\n", "agent: ~\n"])
 def test_an_empty_agent_section_is_refused_not_defaulted(tmp_path, monkeypatch, text):
     path = _recipe_with(tmp_path, text)
-    for name, load, error in _loaders(tmp_path, monkeypatch)[:3]:
+    for _name, load, error in _loaders(tmp_path, monkeypatch)[:3]:
         with pytest.raises(error, match=r"`agent:` is empty \(null\); give its fields, write `agent: {}`"):
             load(path)
     # an explicit empty mapping means the defaults

@@ -20,7 +20,8 @@ def rows():
             out.append({"id": f"q{i}", "dataset": "sample", "seed": seed, "question": f"Question <{i}> & more?",
                         "golden_answers": ["Luanda"], "status": "ok", "answer": "Luanda" if i else "Lisbon",
                         "reward": 1.0 if i else 0.0, "truncated": False, "tokens": 120,
-                        "text": f"<think>look it up</think><search>capital {i}</search>\n\n<information>Doc 1(Title: Angola) "
+                        "text": f"<think>look it up</think><search>capital {i}</search>\n\n"
+                                "<information>Doc 1(Title: Angola) "
                                 "The capital is Luanda.</information>\n\n<answer>Luanda</answer>",
                         "logs": {"turns": 2.0, "searches": 1.0, "accesses": 0.0, "invalid_actions": 0.0, "tool_errors": 0.0},
                         "scores": {"f1": 1.0 if i else 0.0, "em": 1.0 if i else 0.0}})

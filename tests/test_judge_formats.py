@@ -11,8 +11,15 @@ from hypothesis import settings as settings_h
 from hypothesis import strategies as st
 
 from asearcher_plugin.config import AgentConfig, ConfigError, JudgeConfig, load_config
-from asearcher_plugin.judge import (JUDGE_PROMPT, JudgeUnavailable, TemplateError, check_template, judge_verdict,
-                                    parse_asearcher_judgement, settings)
+from asearcher_plugin.judge import (
+    JUDGE_PROMPT,
+    JudgeUnavailable,
+    TemplateError,
+    check_template,
+    judge_verdict,
+    parse_asearcher_judgement,
+    settings,
+)
 from tests.http_helpers import serve_app
 
 # ASearcher's DefaultJudge prompt (evaluation/evaluate.py) with its fields filled in, as its judge sees it.

@@ -3,9 +3,21 @@
 import pytest
 
 from asearcher_plugin.config import RewardConfig
-from asearcher_plugin.reward import (asearcher_f1, cjk_tokens, cover_exact_match, exact_match, f1_score, format_factor,
-                                     invalid_answer_penalty, normalize_answer, normalize_text, parse_aug, parse_gold,
-                                     score_all, substring_match)
+from asearcher_plugin.reward import (
+    asearcher_f1,
+    cjk_tokens,
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    format_factor,
+    invalid_answer_penalty,
+    normalize_answer,
+    normalize_text,
+    parse_aug,
+    parse_gold,
+    score_all,
+    substring_match,
+)
 
 
 def test_normalisations():

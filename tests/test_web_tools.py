@@ -5,8 +5,14 @@ from urllib.parse import parse_qs
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import (HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response,
-                               StreamingResponse)
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 
 from asearcher_plugin.config import ToolsConfig
 from asearcher_plugin.tools.base import ToolError
@@ -16,7 +22,7 @@ from tests.http_helpers import serve_app
 
 PAGE = """<html><head><title>Luanda</title><script>var x = 1;</script></head><body>
 <nav>Home | About</nav><article><h1>Luanda</h1><p>Luanda is the capital and largest city of Angola.</p>
-<p>It lies on the Atlantic coast and is the country's chief seaport.</p></article><footer>(c) 2026</footer></body></html>"""
+<p>It lies on the Atlantic coast and is the country's chief seaport.</p></article><footer>(c) 2026</footer></body></html>"""  # noqa: E501
 
 
 def web_app():

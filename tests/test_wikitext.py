@@ -20,7 +20,7 @@ Independence came in 1975.
 == References ==
 * A reference that must not survive
 [[Category:Countries in Africa]]
-[[pt:Angola]]"""
+[[pt:Angola]]"""  # noqa: E501
 
 
 def test_clean_wikitext_removes_markup_and_keeps_link_text():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from string import Formatter
 
@@ -54,7 +54,7 @@ def check_template(text: str, agent_type: str, source: str) -> None:
         raise TemplateError(f"prompt template {source}: needs the field {{question}}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_template(path: str, agent_type: str) -> str:
     return read_template(path, agent_type)
 

@@ -4,7 +4,8 @@ Every call goes through the on-disk cache, a per-host rate limit, and retries wi
 429, 5xx and timeouts (the shared endpoint client's rule, `local_retriever.endpoints`), all within
 `fetch_deadline` seconds. Page URLs pass the URL guard before
 the cache is read, direct fetches connect only to the addresses the guard checked and are checked
-again at every redirect hop, and bodies (direct or from Jina) stop being read at `max_page_bytes`. Queries and URLs are written by a model: whatever they hold, and whatever
+again at every redirect hop, and bodies (direct or from Jina) stop being read at `max_page_bytes`.
+Queries and URLs are written by a model: whatever they hold, and whatever
 the services reply, a call returns or raises ToolError. Cache calls and HTML extraction block,
 so they run in worker threads, off the event loop every trajectory of a rollout actor shares.
 """
