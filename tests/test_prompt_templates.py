@@ -108,6 +108,8 @@ def test_pip_install_ships_the_templates(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("search-r1", "asearcher", "asearcher-reasoning"):
         assert f"asearcher_plugin/agent/templates/{name}.txt" in names
+    for fmt in ("verdict", "asearcher"):  # the judge's templates ride in the same wheel
+        assert f"asearcher_plugin/judge_templates/{fmt}.txt" in names
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import asearcher_plugin.agent.prompts as p; "
              "assert p.__file__.startswith(sys.argv[1]), p.__file__; print(p.build_prompt('asearcher', 'Q?'), end='')")
     out = subprocess.run([sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True,
