@@ -125,8 +125,8 @@ async def _round(client: httpx.AsyncClient, url: str, i: int, failures: list) ->
 
 @pytest.mark.slow
 def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_kb, tmp_path):
-    warmup_rounds, rounds = 12, 30
-    with kb_serve(sample_kb, tmp_path / "serve.log", "--max-body-bytes", str(MAX_BODY), "--body-timeout", "1",
+    warmup_rounds, rounds = 10, 24
+    with kb_serve(sample_kb, tmp_path / "serve.log", "--max-body-bytes", str(MAX_BODY), "--body-timeout", "3",
                   "--header-timeout", "2") as (url, proc):
         server = psutil.Process(proc.pid)
 
