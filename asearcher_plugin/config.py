@@ -249,9 +249,6 @@ def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
         raise ConfigError(f"{path}: {validation_problems(exc)}") from None
 
 
-def load_run_config_env() -> RunConfig:
-    import json
-
 def override_agent_config(config: AgentConfig, items: list[str]) -> AgentConfig:
     """`--set agent.a.b=value` (the grammar of `asearcher train --set`) applied to `config`, then the whole config
     validated again, so an unknown key or a bad value is refused before any work starts."""
@@ -268,6 +265,9 @@ def override_agent_config(config: AgentConfig, items: list[str]) -> AgentConfig:
     except ValidationError as exc:
         raise ConfigError(f"--set: {validation_problems(exc).replace(chr(10), ' ')}") from None
 
+
+def load_run_config_env() -> RunConfig:
+    import json
 
     raw = os.environ.get(RUN_CONFIG_ENV, "")
     try:
