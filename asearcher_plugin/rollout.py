@@ -34,9 +34,13 @@ def _actor_class():
 
         async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer=None,
                                      num_samples=1, images=None):
+            """OpenRLHF's call and OpenRLHF's dicts, for callers that stand this actor in for its engines."""
+            records = await self.generate_records(prompt, label, sampling_params, max_length, num_samples)
+            return [r.to_openrlhf() for r in records]
+
+        async def generate_records(self, prompt, label, sampling_params, max_length, num_samples=1):
             self.pending += num_samples
             try:
-                # The typed record, not OpenRLHF's dict: no trainer reads these.
                 runs = [self.executor.run(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
                         for _ in range(num_samples)]
                 return await asyncio.gather(*runs)
@@ -75,7 +79,7 @@ def group_runner(actors, params, max_length: int, n_samples: int):
         e = min(range(len(actors)), key=lambda i: load[i])
         load[e] += n_samples
         try:
-            return await actors[e].generate_responses.remote(prompt, label, params, max_length, None, n_samples)
+            return await actors[e].generate_records.remote(prompt, label, params, max_length, n_samples)
         except ray.exceptions.RayActorError as exc:
             raise FatalRolloutError(f"engine {e} (Ray actor {actors[e]._actor_id.hex()}) died: {exc}") from None
         finally:
