@@ -108,11 +108,12 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await _error(413, "body_too_large", f"request body of {int(length)} bytes exceeds {self.max_bytes}")(scope, receive, send)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._drain(receive, 0, deadline)
+            return await _error(413, "body_too_large", f"request body of {int(length)} bytes exceeds {self.max_bytes}")(scope, receive, send)
         seen, complete = 0, False
 
         async def limited():
@@ -127,10 +128,25 @@ class BodyLimit:
             seen += len(message.get("body", b""))
             complete = not message.get("more_body", False)
             if seen > self.max_bytes:
+                if not complete:
+                    await self._drain(receive, seen, deadline)
                 raise ApiError(413, "body_too_large", f"request body exceeds {self.max_bytes} bytes")
             return message
 
         return await self.app(scope, limited, send)
+
+    async def _drain(self, receive, seen: int, deadline: float) -> None:
+        """Reads and drops what is left of a refused body, up to 4x the limit and within the deadline: a server
+        that answers while the client is still sending makes the client's socket see a reset instead of the 413."""
+        loop = asyncio.get_running_loop()
+        while seen <= 4 * self.max_bytes:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                return
+            seen += len(message.get("body", b""))
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
 
 
 def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI:

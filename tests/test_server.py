@@ -102,6 +102,23 @@ def test_invalid_json_and_oversized_bodies(kb_server):
     assert httpx.get(f"{kb_server}/health").json()["status"] == "ok"
 
 
+def test_an_oversized_body_gets_its_413_not_a_reset(kb_server):
+    # The server once answered at the first byte over the limit and closed while the client was still sending,
+    # so under load clients saw a connection reset instead of the 413. Up to 4x the limit is read and dropped.
+    body = b'{"queries": ["' + b"c" * (3 * 64 * 1024) + b'"]}'
+
+    def chunks():
+        for i in range(0, len(body), 8192):
+            yield body[i : i + 8192]
+    with httpx.Client(timeout=30) as client:
+        for announced in (True, False):
+            for _ in range(10):
+                r = client.post(f"{kb_server}/retrieve", content=body if announced else chunks(),
+                                headers={"content-type": "application/json"})
+                assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+    assert httpx.get(f"{kb_server}/health").json()["status"] == "ok"
+
+
 def test_long_queries_are_truncated_not_refused(kb_server):
     r = post(kb_server, "/retrieve", {"queries": ["Angola " * 200], "topk": 1})
     assert r.status_code == 200 and r.headers["x-truncated-queries"] == "1"
