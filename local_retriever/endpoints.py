@@ -48,7 +48,7 @@ class EndpointRefused(EndpointError, ValueError):
     """The server refused the request (4xx other than 429): retrying would not help."""
 
     def __init__(self, url: str, status: int, message: str):
-        super().__init__(f"{url} answered {status}: {message}")
+        super().__init__(f"{url} answered HTTP {status}: {message}")
         self.url, self.status, self.message = url, status, message
 
 
@@ -68,7 +68,7 @@ class EndpointServerError(EndpointUnavailable):
     """
 
     def __init__(self, url: str, status: int, message: str):
-        super().__init__(f"{url} answered {status}: {message}")
+        super().__init__(f"{url} answered HTTP {status}: {message}")
         self.url, self.status, self.message = url, status, message
 
 
