@@ -11,8 +11,11 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["asearcher_plugin*", "local_retriever*", "data_synth*"]),
-    package_data={"local_retriever": ["data/*.jsonl"], "asearcher_plugin.agent": ["templates/*.txt"],
-                  "asearcher_plugin": ["judge_templates/*.txt", "recipes/*.yaml"]},
+    package_data={
+        "local_retriever": ["data/*.jsonl"],
+        "asearcher_plugin.agent": ["templates/*.txt"],
+        "asearcher_plugin": ["judge_templates/*.txt", "recipes/*.yaml"],
+    },
     install_requires=[
         # torch is left unpinned here so GPU installs keep the CUDA build vLLM wants;
         # constraints/cpu.txt pins the CPU build for laptops and CI.
@@ -52,15 +55,31 @@ setup(
     extras_require={
         # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
-        "test": ["pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100", "pytest-timeout>=2.3", "aiohttp>=3.9",
-                 # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
-                 "sympy", "pylatexenc",
-                 # what OpenRLHF's trainer modules and DeepSpeed import, for `asearcher train --cpu` and its test;
-                 # scripts/test.sh installs deepspeed itself without building its CUDA ops
-                 "datasets", "peft", "torchdata", "einops", "hjson", "msgpack", "ninja", "py-cpuinfo",
-                 "setuptools>=70", "wheel",
-                 "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
-                 "import-linter>=2.1"],  # tests/test_layers.py: the import contracts in .importlinter
+        "test": [
+            "pytest>=8",
+            "pytest-asyncio>=0.23",
+            "hypothesis>=6.100",
+            "pytest-timeout>=2.3",
+            "aiohttp>=3.9",
+            # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
+            "sympy",
+            "pylatexenc",
+            # what OpenRLHF's trainer modules and DeepSpeed import, for `asearcher train --cpu` and its test;
+            # scripts/test.sh installs deepspeed itself without building its CUDA ops
+            "datasets",
+            "peft",
+            "torchdata",
+            "einops",
+            "hjson",
+            "msgpack",
+            "ninja",
+            "py-cpuinfo",
+            "setuptools>=70",
+            "wheel",
+            "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
+            "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
+            "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
+        ],
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
     entry_points={

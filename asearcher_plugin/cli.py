@@ -37,8 +37,12 @@ class LogLevel(str, Enum):
 
 @app.callback()
 def configure_logging(
-    log_level: LogLevel = typer.Option(LogLevel.warning, "--log-level", case_sensitive=False,
-                                       help="level of the log records shown on stderr (every sub-command)"),
+    log_level: LogLevel = typer.Option(
+        LogLevel.warning,
+        "--log-level",
+        case_sensitive=False,
+        help="level of the log records shown on stderr (every sub-command)",
+    ),
 ):
     import logging
 
@@ -46,8 +50,11 @@ def configure_logging(
     from rich.logging import RichHandler
 
     # basicConfig leaves a root logger that something configured first alone; the level is set either way.
-    logging.basicConfig(format="%(name)s: %(message)s", datefmt="[%X]",
-                        handlers=[RichHandler(console=Console(stderr=True), show_path=False)])
+    logging.basicConfig(
+        format="%(name)s: %(message)s",
+        datefmt="[%X]",
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
+    )
     logging.getLogger().setLevel(log_level.value.upper())
 
 
@@ -58,8 +65,10 @@ def quickstart(
     port: int = typer.Option(5005, help="port of the knowledge-base server"),
     questions: int = typer.Option(20, help="built-in questions to evaluate"),
     k: int = typer.Option(2, help="runs per question"),
-    base_url: list[str] = typer.Option([], help="an OpenAI-compatible server for real answers, e.g. "
-                                                "http://host:8000/v1; repeatable, or comma-separated"),
+    base_url: list[str] = typer.Option(
+        [],
+        help="an OpenAI-compatible server for real answers, e.g. http://host:8000/v1; repeatable, or comma-separated",
+    ),
     model: str = typer.Option("default", help="model name on that server"),
     tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
 ):
@@ -73,16 +82,26 @@ def quickstart(
     workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
     run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, Console(stderr=True))
 
+
 @app.command()
 def train(
-    recipe: str = typer.Argument(..., help="a packaged recipe (cpu_tiny, local_7b_1node, local_7b_16nodes, "
-                                 "local_14b_2nodes, web_qwq32b) or a recipe YAML path"),
-    set_: list[str] = typer.Option([], "--set", help="override, e.g. openrlhf.rollout.batch_size=64 or agent.max_turns=16"),
+    recipe: str = typer.Argument(
+        ...,
+        help="a packaged recipe (cpu_tiny, local_7b_1node, local_7b_16nodes, "
+        "local_14b_2nodes, web_qwq32b) or a recipe YAML path",
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="override, e.g. openrlhf.rollout.batch_size=64 or agent.max_turns=16"
+    ),
     print_cmd: bool = typer.Option(False, help="print the launcher and `ray job submit` commands and exit"),
-    dry_run: bool = typer.Option(False, help="check the recipe and the flags with OpenRLHF's own parser and asserts, "
-                                             "then exit"),
-    cpu: bool = typer.Option(False, help="OpenRLHF's real orchestration without a GPU: vLLM and DeepSpeed replaced by "
-                                         "CPU stand-ins (asearcher_plugin.openrlhf_cpu); for trying the recipe path"),
+    dry_run: bool = typer.Option(
+        False, help="check the recipe and the flags with OpenRLHF's own parser and asserts, then exit"
+    ),
+    cpu: bool = typer.Option(
+        False,
+        help="OpenRLHF's real orchestration without a GPU: vLLM and DeepSpeed replaced by "
+        "CPU stand-ins (asearcher_plugin.openrlhf_cpu); for trying the recipe path",
+    ),
 ):
     """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""
     import shlex
@@ -95,8 +114,10 @@ def train(
         model = Recipe.load(recipe, set_)
         argv, config = model.argv(), model.run_config()
         if print_cmd:
-            typer.echo(f"ASEARCHER_RUN_CONFIG={shlex.quote(config.model_dump_json())} python -m asearcher_plugin.launch "
-                       + shlex.join(argv))
+            typer.echo(
+                f"ASEARCHER_RUN_CONFIG={shlex.quote(config.model_dump_json())} python -m asearcher_plugin.launch "
+                + shlex.join(argv)
+            )
             typer.echo(ray_job_command(argv, config))
             return
         if dry_run:
@@ -105,15 +126,15 @@ def train(
             return
     except RecipeError as exc:  # names the file and the field
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except LaunchError as exc:
         typer.echo(f"error: {recipe}: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     try:
         run_openrlhf(argv, config, cpu=cpu)
     except (RecipeFlagError, LaunchError) as exc:  # refused before any actor starts
         typer.echo(f"error: {recipe}: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -139,10 +160,9 @@ def rollout(
         r = load_recipe(recipe, set_)
     except RecipeError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-    from asearcher_plugin.recipe import run_config
-
+        raise typer.Exit(2) from None
     from asearcher_plugin.local_inputs import MissingInput, ensure_local_inputs
+    from asearcher_plugin.recipe import run_config
 
     flags, sched = r["openrlhf"], run_config(r).scheduler
     model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
@@ -155,22 +175,33 @@ def rollout(
         ensure_local_inputs(model, data)
     except MissingInput as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     prompts = load_prompts(data, flags.get("data.input_key", "input"), flags.get("data.label_key") or "label")
     from asearcher_plugin.scheduler import FatalRolloutError
 
     ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     try:
-        result = asyncio.run(run(str(model), r.get("agent") or {}, prompts, out_file, engines,
-                                 int(flags.get("rollout.batch_size", 4)), int(flags.get("rollout.n_samples_per_prompt", 1)),
-                                 steps, sched, int(flags.get("data.max_len", 2048)),
-                                 float(flags.get("rollout.temperature", 1.0))))
+        result = asyncio.run(
+            run(
+                str(model),
+                r.get("agent") or {},
+                prompts,
+                out_file,
+                engines,
+                int(flags.get("rollout.batch_size", 4)),
+                int(flags.get("rollout.n_samples_per_prompt", 1)),
+                steps,
+                sched,
+                int(flags.get("data.max_len", 2048)),
+                float(flags.get("rollout.temperature", 1.0)),
+            )
+        )
     except KeyboardInterrupt:
         typer.echo(f"interrupted: engines stopped; trajectories so far are in {out_file}", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     except FatalRolloutError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     finally:
         ray.shutdown()
     typer.echo(json.dumps(result))
@@ -179,26 +210,43 @@ def rollout(
 
 @app.command("eval")
 def eval_cmd(
-    dataset: list[str] = typer.Option(None, "--dataset", help="built-in name (sample) or JSONL/JSON/Parquet path; "
-                                      "repeatable (default: sample, unless --data-dir is given)"),
-    data_dir: str = typer.Option(None, "--data-dir", "--data_dir",
-                                 help="ASearcher's layout: DIR/NAME/{split}.jsonl or .json, one folder per dataset"),
-    data_names: list[str] = typer.Option([], "--data-names", "--data_names",
-                                         help="with --data-dir: folder names, e.g. GAIA,Frames; repeatable, or "
-                                              "comma-separated"),
+    dataset: list[str] = typer.Option(
+        None,
+        "--dataset",
+        help="built-in name (sample) or JSONL/JSON/Parquet path; "
+        "repeatable (default: sample, unless --data-dir is given)",
+    ),
+    data_dir: str = typer.Option(
+        None,
+        "--data-dir",
+        "--data_dir",
+        help="ASearcher's layout: DIR/NAME/{split}.jsonl or .json, one folder per dataset",
+    ),
+    data_names: list[str] = typer.Option(
+        [],
+        "--data-names",
+        "--data_names",
+        help="with --data-dir: folder names, e.g. GAIA,Frames; repeatable, or comma-separated",
+    ),
     split: str = typer.Option("test", help="with --data-dir: the file name inside each dataset folder"),
     out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
     k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
     hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
-    base_url: list[str] = typer.Option([], help="OpenAI-compatible server URL, e.g. http://host:8000/v1; "
-                                                "repeatable, or comma-separated"),
+    base_url: list[str] = typer.Option(
+        [], help="OpenAI-compatible server URL, e.g. http://host:8000/v1; repeatable, or comma-separated"
+    ),
     model: str = typer.Option("default", help="model name on the server"),
     tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
     agent_config: str = typer.Option(None, help="agent YAML (else $ASEARCHER_CONFIG, else defaults)"),
-    kb_url: list[str] = typer.Option([], help="knowledge-base server URL, overriding the agent config; repeatable, "
-                                              "or comma-separated"),
-    set_: list[str] = typer.Option([], "--set", help="override the agent config, as for `asearcher train`: "
-                                                     "agent.max_turns=16, agent.tools.topk=5 (values are YAML)"),
+    kb_url: list[str] = typer.Option(
+        [], help="knowledge-base server URL, overriding the agent config; repeatable, or comma-separated"
+    ),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        help="override the agent config, as for `asearcher train`: "
+        "agent.max_turns=16, agent.tools.topk=5 (values are YAML)",
+    ),
     concurrency: int = typer.Option(8, help="trajectories in flight"),
     max_length: int = typer.Option(8192, help="token budget per trajectory"),
     temperature: float = typer.Option(0.6, help="sampling temperature"),
@@ -229,11 +277,13 @@ def eval_cmd(
         items = load_datasets(dataset or ([] if named else ["sample"]), question_key, answer_key, limit, named)
     except (ConfigError, DatasetError) as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if kb_url:
         config.tools.local.urls = split_list(kb_url)
     engine, tok = make_engine(hf_model, base_urls, model, tokenizer)
-    folder = asyncio.run(run_eval(items, config, engine, tok, Path(out), k, concurrency, max_length, temperature, top_p))
+    folder = asyncio.run(
+        run_eval(items, config, engine, tok, Path(out), k, concurrency, max_length, temperature, top_p)
+    )
     typer.echo((folder / "summary.md").read_text())
     typer.echo(f"report: {(folder / 'report.html').resolve()}")
 
@@ -266,8 +316,11 @@ def main() -> None:
         if top not in EXTRA_MODULES:
             raise
         extra = EXTRA_MODULES[top]
-        typer.echo(f"error: {top} is not installed; it comes with the [{extra}] extra: "
-                   f"pip install 'asearcher-plugin[{extra}]'", err=True)
+        typer.echo(
+            f"error: {top} is not installed; it comes with the [{extra}] extra: "
+            f"pip install 'asearcher-plugin[{extra}]'",
+            err=True,
+        )
         raise SystemExit(2) from None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -29,8 +29,11 @@ class LocalToolsConfig(_Strict):
     urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:5005"], description="knowledge-base servers")
     timeout: float = Field(30.0, gt=0)
     retries: int = Field(3, ge=0)
-    check_on_start: bool = Field(True, description="when OpenRLHF builds the agent in a rollout engine, fail unless "
-                                                   "one of the urls answers /health from that node")
+    check_on_start: bool = Field(
+        True,
+        description="when OpenRLHF builds the agent in a rollout engine, fail unless "
+        "one of the urls answers /health from that node",
+    )
 
 
 class WebToolsConfig(_Strict):
@@ -39,11 +42,12 @@ class WebToolsConfig(_Strict):
     serper_url: str = "https://google.serper.dev/search"
     jina_url: str = "https://r.jina.ai/"
     timeout: float = Field(30.0, gt=0, description="seconds per connect or read")
-    fetch_deadline: float = Field(60.0, gt=0, description="seconds one search or page access may take in all, "
-                                  "redirects and retries included")
+    fetch_deadline: float = Field(
+        60.0, gt=0, description="seconds one search or page access may take in all, redirects and retries included"
+    )
     retries: int = Field(3, ge=0)
     per_host_rps: float = Field(5.0, gt=0, description="requests per second to any one host")
-    cache_dir: Optional[str] = Field(None, description="on-disk cache shared by all rollouts on a machine")
+    cache_dir: str | None = Field(None, description="on-disk cache shared by all rollouts on a machine")
     max_page_bytes: int = Field(5_000_000, gt=0)
     allow_private_hosts: list[str] = Field(default_factory=list, description="hosts exempt from the URL guard")
 
@@ -55,9 +59,11 @@ class ToolsConfig(_Strict):
     page_chunk_chars: int = Field(5000, ge=200, description="an accessed page is read in chunks of this size")
     max_page_chunks: int = Field(10, ge=1)
     observation_format: Literal["native", "asearcher"] = Field(
-        "native", description="native: results and page parts as above; asearcher: ASearcher's exact blocks (5,000 "
+        "native",
+        description="native: results and page parts as above; asearcher: ASearcher's exact blocks (5,000 "
         "characters per document, a page read whole in 25,000-character chunks, one per call, each summarised by the "
-        "model in <think>); max_doc_chars, page_chunk_chars and max_page_chunks then do not apply")
+        "model in <think>); max_doc_chars, page_chunk_chars and max_page_chunks then do not apply",
+    )
     local: LocalToolsConfig = Field(default_factory=LocalToolsConfig)
     web: WebToolsConfig = Field(default_factory=WebToolsConfig)
 
@@ -67,27 +73,37 @@ class JudgeConfig(EndpointConfig):
 
     model: str = "judge"
     timeout: float = Field(60.0, gt=0, description="seconds per connect or read")
-    retries: int = Field(2, ge=0, description="retries on endpoint errors and replies without a verdict, in one "
-                         "budget, each on another URL when there is one")
-    cache_dir: Optional[str] = Field(None, description="verdicts cached on disk by model, prompt and sampling")
+    retries: int = Field(
+        2,
+        ge=0,
+        description="retries on endpoint errors and replies without a verdict, in one "
+        "budget, each on another URL when there is one",
+    )
+    cache_dir: str | None = Field(None, description="verdicts cached on disk by model, prompt and sampling")
     verdict_format: Literal["verdict", "asearcher"] = Field(
-        "verdict", description='verdict: reply {"verdict", "reason"}; asearcher: ASearcher\'s DefaultJudge, reply '
-        '{"rationale", "judgement": "Correct"|"Incorrect"}, with its prompt, sampling and prediction cut')
-    prompt_template: Optional[str] = Field(
-        None, description="str.format template file with {question}, {golds} or {gt_answer}, {prediction} or "
-        "{pred_answer}; default: the format's template in asearcher_plugin/judge_templates/")
+        "verdict",
+        description='verdict: reply {"verdict", "reason"}; asearcher: ASearcher\'s DefaultJudge, reply '
+        '{"rationale", "judgement": "Correct"|"Incorrect"}, with its prompt, sampling and prediction cut',
+    )
+    prompt_template: str | None = Field(
+        None,
+        description="str.format template file with {question}, {golds} or {gt_answer}, {prediction} or "
+        "{pred_answer}; default: the format's template in asearcher_plugin/judge_templates/",
+    )
     # Unset: the verdict format's default (verdict / asearcher).
-    temperature: Optional[float] = Field(None, ge=0, description="default 0.0 / 0.6")
-    top_p: Optional[float] = Field(None, gt=0, le=1, description="not sent when unset")
-    max_tokens: Optional[int] = Field(None, ge=1, description="default 256 / 1024")
-    prediction_max_chars: Optional[int] = Field(None, ge=0, description="prediction cut to this many characters; "
-                                                "0: whole; default 0 / 500")
-    prediction_cut_at: Optional[str] = Field(None, description="prediction cut before the first occurrence of this "
-                                             "string; empty: no cut; default '' / '</'")
+    temperature: float | None = Field(None, ge=0, description="default 0.0 / 0.6")
+    top_p: float | None = Field(None, gt=0, le=1, description="not sent when unset")
+    max_tokens: int | None = Field(None, ge=1, description="default 256 / 1024")
+    prediction_max_chars: int | None = Field(
+        None, ge=0, description="prediction cut to this many characters; 0: whole; default 0 / 500"
+    )
+    prediction_cut_at: str | None = Field(
+        None, description="prediction cut before the first occurrence of this string; empty: no cut; default '' / '</'"
+    )
 
     @field_validator("prompt_template")
     @classmethod
-    def _template_fields(cls, path: Optional[str]) -> Optional[str]:
+    def _template_fields(cls, path: str | None) -> str | None:
         if path:
             from .judge import load_template
 
@@ -101,12 +117,22 @@ ASEARCHER_INVALID_WORDS = ["question", "invalid", "appropriate", "valid"]
 class RewardConfig(_Strict):
     metric: Literal["f1", "em", "asearcher_f1", "cover_em", "substring", "judge"] = "f1"
     format_factor: bool = Field(True, description="multiply the score by 1 if every action was valid, else 0")
-    cjk_char_f1: bool = Field(False, description="F1 over single characters plus digit runs when a gold answer holds "
-                              "a Chinese character (ASearcher's training F1); off: over whitespace-separated words")
-    aug_answer_weight: float = Field(0.0, ge=0, le=1, description="for a label with aug_answer: (1 - w) x "
-                                     "score(answer) + w x max(score(aug_answer), score(answer)); ASearcher: 0.3")
-    invalid_answer_penalty: Optional[float] = Field(None, description="the reward of an answer holding one of "
-                                                    "invalid_answer_words (case-sensitive); ASearcher: -0.5")
+    cjk_char_f1: bool = Field(
+        False,
+        description="F1 over single characters plus digit runs when a gold answer holds "
+        "a Chinese character (ASearcher's training F1); off: over whitespace-separated words",
+    )
+    aug_answer_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="for a label with aug_answer: (1 - w) x "
+        "score(answer) + w x max(score(aug_answer), score(answer)); ASearcher: 0.3",
+    )
+    invalid_answer_penalty: float | None = Field(
+        None,
+        description="the reward of an answer holding one of invalid_answer_words (case-sensitive); ASearcher: -0.5",
+    )
     invalid_answer_words: list[str] = Field(default_factory=lambda: list(ASEARCHER_INVALID_WORDS))
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
 
@@ -117,16 +143,20 @@ class AgentConfig(_Strict):
     max_new_tokens_per_turn: int = Field(512, ge=1, description="cap on one turn; the total budget is --data.max_len")
     wrap_prompt: bool = Field(True, description="wrap the dataset question in the agent's prompt template")
     feedback_style: Literal["information", "chat"] = Field(
-        "information", description="tool output inline as <information> (base models) or as a user turn in the chat template")
-    prompt_template: Optional[str] = Field(
-        None, description="a prompt template file of your own (fields: {question}, {current_date}, and {history} for "
-        "asearcher-reasoning); default: the packaged template of agent_type")
+        "information",
+        description="tool output inline as <information> (base models) or as a user turn in the chat template",
+    )
+    prompt_template: str | None = Field(
+        None,
+        description="a prompt template file of your own (fields: {question}, {current_date}, and {history} for "
+        "asearcher-reasoning); default: the packaged template of agent_type",
+    )
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
     @field_validator("prompt_template")
     @classmethod
-    def _template_fits_agent_type(cls, path: Optional[str], info: ValidationInfo) -> Optional[str]:
+    def _template_fits_agent_type(cls, path: str | None, info: ValidationInfo) -> str | None:
         """Read and checked at load: an unknown field would otherwise fail in the middle of a rollout."""
         if path is None or "agent_type" not in info.data:
             return path
@@ -140,29 +170,45 @@ class AgentConfig(_Strict):
     @classmethod
     def _asearcher_blocks_are_inline(cls, tools: ToolsConfig, info: ValidationInfo) -> ToolsConfig:
         if tools.observation_format == "asearcher" and info.data.get("feedback_style") == "chat":
-            raise ValueError("observation_format 'asearcher' writes tool output inline in the transcript, as ASearcher "
-                             "does; it needs feedback_style 'information', not 'chat'")
+            raise ValueError(
+                "observation_format 'asearcher' writes tool output inline in the transcript, as ASearcher "
+                "does; it needs feedback_style 'information', not 'chat'"
+            )
         return tools
 
 
 class SchedulerConfig(_Strict):
     """The streaming scheduler inside OpenRLHF's async trainer (a recipe's `scheduler:` section)."""
 
-    enable: bool = Field(True, description="stream with the plugin's scheduler (needs --train.async_enable and "
-                                           "--train.partial_rollout_enable); false keeps OpenRLHF's generator")
-    max_staleness: Optional[int] = Field(
-        None, ge=0, description="eta: groups admitted <= (eta + v + 1) x rollout.batch_size at engine version v, so a "
+    enable: bool = Field(
+        True,
+        description="stream with the plugin's scheduler (needs --train.async_enable and "
+        "--train.partial_rollout_enable); false keeps OpenRLHF's generator",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="eta: groups admitted <= (eta + v + 1) x rollout.batch_size at engine version v, so a "
         "group consumed in its turn trains at most eta versions after admission. OpenRLHF's async queue alone "
         "costs async_queue_size versions, so eta >= async_queue_size; eta - async_queue_size batches stream "
-        "ahead. Default: async_queue_size + 2")
-    max_concurrent: Optional[int] = Field(
-        None, ge=1, description="cap on prompt groups in flight; default (eta + 1) x rollout.batch_size, i.e. only "
-        "the staleness rule limits admission")
+        "ahead. Default: async_queue_size + 2",
+    )
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        description="cap on prompt groups in flight; default (eta + 1) x rollout.batch_size, i.e. only "
+        "the staleness rule limits admission",
+    )
     on_stale: Literal["keep", "restart"] = Field(
-        "keep", description="keep: never stop a running group (AReaL); restart: a group that can no longer be "
-        "consumed within eta is started afresh once, then dropped")
-    trace: Optional[str] = Field(None, description="JSONL file (on the generator's node): one line per batch handed "
-                                                 "to the trainer, with each group's versions and staleness")
+        "keep",
+        description="keep: never stop a running group (AReaL); restart: a group that can no longer be "
+        "consumed within eta is started afresh once, then dropped",
+    )
+    trace: str | None = Field(
+        None,
+        description="JSONL file (on the generator's node): one line per batch handed "
+        "to the trainer, with each group's versions and staleness",
+    )
 
 
 class RunConfig(_Strict):
@@ -213,8 +259,11 @@ def null_sections(data: dict, path, names=("agent", "scheduler")) -> list[str]:
     indentation or were commented out, and training with default settings would go unnoticed.
     `agent: {}` asks for the defaults explicitly.
     """
-    return [f"{path}: `{name}:` is empty (null); give its fields, write `{name}: {{}}` for the defaults, "
-            "or remove it" for name in names if name in data and data[name] is None]
+    return [
+        f"{path}: `{name}:` is empty (null); give its fields, write `{name}: {{}}` for the defaults, or remove it"
+        for name in names
+        if name in data and data[name] is None
+    ]
 
 
 def set_dotted(node: dict, key: str, value, error: type[Exception] = ConfigError) -> None:
@@ -233,7 +282,8 @@ def validation_problems(exc: ValidationError) -> str:
 
 
 def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
-    """Loads `path`, or the run config in $ASEARCHER_RUN_CONFIG, or the file named by $ASEARCHER_CONFIG, or the defaults."""
+    """Loads `path`, else the run config in $ASEARCHER_RUN_CONFIG, else the file named by $ASEARCHER_CONFIG, else
+    the defaults."""
     if not path and os.environ.get(RUN_CONFIG_ENV):
         return load_run_config_env().agent
     path = path or os.environ.get(CONFIG_ENV)

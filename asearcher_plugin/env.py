@@ -22,8 +22,17 @@ except ImportError:  # pragma: no cover - exercised on installs without the [tra
 
 from asearcher_plugin.agent import observations as asearcher_format
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action, scrub
-from asearcher_plugin.agent.prompts import (ALLOWED_ACTIONS, build_prompt, chat_feedback, chat_prompt, format_docs, information,
-                                            invalid_feedback, reasoning_prompt, template_for)
+from asearcher_plugin.agent.prompts import (
+    ALLOWED_ACTIONS,
+    build_prompt,
+    chat_feedback,
+    chat_prompt,
+    format_docs,
+    information,
+    invalid_feedback,
+    reasoning_prompt,
+    template_for,
+)
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory, flat_logs
@@ -75,7 +84,9 @@ class AgentInstance(AgentInstanceBase):
 
     async def reset(self, states: dict, **kwargs) -> dict:
         question = self.question = scrub(states["observation"])
-        observation = build_prompt(self.config.agent_type, question, self.template) if self.config.wrap_prompt else question
+        observation = (
+            build_prompt(self.config.agent_type, question, self.template) if self.config.wrap_prompt else question
+        )
         return {"observation": observation, "label": states.get("label")}
 
     @property
@@ -109,8 +120,14 @@ class AgentInstance(AgentInstanceBase):
 
     async def _result(self, states: dict, feedback: str, short: str, done: bool) -> dict:
         reward = await self.final_reward(states.get("label")) if done else 0.0
-        return {"rewards": _tensor(reward), "scores": _tensor(reward), "environment_feedback": "" if done else scrub(feedback),
-                "feedback_short": "" if done else scrub(short), "done": done, "extra_logs": self.extra_logs()}
+        return {
+            "rewards": _tensor(reward),
+            "scores": _tensor(reward),
+            "environment_feedback": "" if done else scrub(feedback),
+            "feedback_short": "" if done else scrub(short),
+            "done": done,
+            "extra_logs": self.extra_logs(),
+        }
 
     async def _step_asearcher(self, states: dict) -> dict:
         """ASearcher's loop: a turn without an action gets no text back (the next call continues the transcript),
@@ -144,8 +161,11 @@ class AgentInstance(AgentInstanceBase):
         try:
             if kind == "search":
                 self.searches += 1
-                return [asearcher_format.search_block(await self.toolbox.search(argument, self.config.tools.topk),
-                                                      self.config.tools.topk)]
+                return [
+                    asearcher_format.search_block(
+                        await self.toolbox.search(argument, self.config.tools.topk), self.config.tools.topk
+                    )
+                ]
             self.accesses += 1
             return asearcher_format.page_blocks(await self.toolbox.access(argument))
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
@@ -154,8 +174,9 @@ class AgentInstance(AgentInstanceBase):
             return [asearcher_format.failure_block(f"{kind} failed: {exc or type(exc).__name__}")]
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
-            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc,
-                        extra=_throttle_key(kind, exc))
+            log.warning(
+                "%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc, extra=_throttle_key(kind, exc)
+            )
             return [asearcher_format.failure_block(f"{kind} failed: {type(exc).__name__}")]
         finally:
             self.tool_seconds += time.perf_counter() - started
@@ -175,8 +196,9 @@ class AgentInstance(AgentInstanceBase):
             return information(f"{kind} failed: {exc or type(exc).__name__}")
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
-            log.warning("%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc,
-                        extra=_throttle_key(kind, exc))
+            log.warning(
+                "%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc, extra=_throttle_key(kind, exc)
+            )
             return information(f"{kind} failed: {type(exc).__name__}")
         finally:
             self.tool_seconds += time.perf_counter() - started
@@ -228,11 +250,17 @@ class AgentInstance(AgentInstanceBase):
         return scores
 
     def counters(self) -> dict[str, float]:
-        stats = {"turns": float(self.turns), "searches": float(self.searches), "accesses": float(self.accesses),
-                 "invalid_actions": float(self.invalid), "tool_errors": float(self.tool_errors),
-                 "tool_seconds": round(self.tool_seconds, 4), "answered": float(self.answer is not None),
-                 "answer_chars": float(len(self.answer or "")),
-                 "ended_without_action": float(self.ended_without_action)}
+        stats = {
+            "turns": float(self.turns),
+            "searches": float(self.searches),
+            "accesses": float(self.accesses),
+            "invalid_actions": float(self.invalid),
+            "tool_errors": float(self.tool_errors),
+            "tool_seconds": round(self.tool_seconds, 4),
+            "answered": float(self.answer is not None),
+            "answer_chars": float(len(self.answer or "")),
+            "ended_without_action": float(self.ended_without_action),
+        }
         if self.config.reward.metric == "judge":
             stats["judge_failed"] = float(self.judge_failed)
         return stats
@@ -255,8 +283,10 @@ class AgentExecutor(AgentExecutorBase):
             # Its prompt is rebuilt from the question and the last 25,000 characters of history at
             # every call, so the trajectory is not one token sequence: OpenRLHF could not mask or
             # score it. It serves evaluation and synthesis (for_training=False).
-            raise ConfigError("agent_type 'asearcher-reasoning' rebuilds its prompt each call and cannot be trained "
-                              "through OpenRLHF; use 'asearcher' or 'search-r1' for training")
+            raise ConfigError(
+                "agent_type 'asearcher-reasoning' rebuilds its prompt each call and cannot be trained "
+                "through OpenRLHF; use 'asearcher' or 'search-r1' for training"
+            )
         # ASearcher shows a page chunk whole to the one call after it and only its stub to later calls.
         # That changes the context of tokens already generated, so it is done only where no training
         # sequence is built (evaluation, synthesis); a training sequence keeps every chunk whole.
@@ -275,8 +305,9 @@ class AgentExecutor(AgentExecutorBase):
         trajectory = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
         return trajectory.to_openrlhf()
 
-    async def run(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine,
-                  images=None) -> Trajectory:
+    async def run(
+        self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
+    ) -> Trajectory:
         if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
             out = await self.run("(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
             return replace(out, prompt=prompt, label=label)
@@ -289,7 +320,7 @@ class AgentExecutor(AgentExecutorBase):
             observation = chat_prompt(hf_tokenizer, observation)
         tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
         cap = self.config.max_new_tokens_per_turn
-        tokens = tokens[-max(1, max_length - min(cap, max_length // 2)):]  # leave room for at least one turn
+        tokens = tokens[-max(1, max_length - min(cap, max_length // 2)) :]  # leave room for at least one turn
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
         logprobs = [0.0] * len(tokens) if want_logprobs else None
         eos_id = getattr(hf_tokenizer, "eos_token_id", None)
@@ -302,8 +333,9 @@ class AgentExecutor(AgentExecutorBase):
             if budget <= 0:
                 truncated = True
                 break
-            params = with_overrides(sampling_params, max_tokens=min(cap, budget), stop=agent.stop,
-                                    include_stop_str_in_output=True)
+            params = with_overrides(
+                sampling_params, max_tokens=min(cap, budget), stop=agent.stop, include_stop_str_in_output=True
+            )
             first_call_at = first_call_at or time.time()
             out = (await llm_engine.generate(tokens, params)).outputs[0]
             last_token_at = time.time()
@@ -319,8 +351,14 @@ class AgentExecutor(AgentExecutorBase):
             if out.finish_reason == "length" and len(tokens) >= max_length:
                 truncated = True
                 break
-            result = await agent.step({"action_text": out.text, "label": label, "sampling_params": params,
-                                       "ended": ended_at_eos(out, eos_id, params.stop)})
+            result = await agent.step(
+                {
+                    "action_text": out.text,
+                    "label": label,
+                    "sampling_params": params,
+                    "ended": ended_at_eos(out, eos_id, params.stop),
+                }
+            )
             done = result["done"]
             reward = float(result["rewards"].item())
             feedback = result["environment_feedback"]
@@ -330,7 +368,7 @@ class AgentExecutor(AgentExecutorBase):
                 fb = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(tokens)]
                 short = result.get("feedback_short", feedback)
                 if self.stub_blocks and short != feedback:
-                    short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][:len(fb)]
+                    short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][: len(fb)]
                     shown = ((len(tokens), len(tokens) + len(fb)), short_ids, len(texts), short)
                 tokens.extend(fb)
                 if want_logprobs:
@@ -338,10 +376,21 @@ class AgentExecutor(AgentExecutorBase):
                 texts.append(feedback)
         if not done:
             reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
-        return Trajectory(prompt=prompt, label=label, reward=reward, scores=agent.metric_scores(),
-                          stats=agent.counters(), truncated=truncated, answer=agent.answer, text="".join(texts),
-                          observation_tokens=tokens, action_ranges=action_ranges, rollout_log_probs=logprobs,
-                          token_times=[first_call_at, last_token_at], images=images)
+        return Trajectory(
+            prompt=prompt,
+            label=label,
+            reward=reward,
+            scores=agent.metric_scores(),
+            stats=agent.counters(),
+            truncated=truncated,
+            answer=agent.answer,
+            text="".join(texts),
+            observation_tokens=tokens,
+            action_ranges=action_ranges,
+            rollout_log_probs=logprobs,
+            token_times=[first_call_at, last_token_at],
+            images=images,
+        )
 
     async def _run_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
@@ -353,10 +402,11 @@ class AgentExecutor(AgentExecutorBase):
             text = reasoning_prompt(prompt, history + fresh, agent.template)
             if getattr(hf_tokenizer, "chat_template", None):
                 text = chat_prompt(hf_tokenizer, text)
-            ids = hf_tokenizer(text=text, add_special_tokens=False)["input_ids"][-(max_length - 1):]
+            ids = hf_tokenizer(text=text, add_special_tokens=False)["input_ids"][-(max_length - 1) :]
             budget = min(self.config.max_new_tokens_per_turn, max_length - len(ids))
-            params = with_overrides(sampling_params, max_tokens=max(1, budget), stop=agent.stop,
-                                    include_stop_str_in_output=True)
+            params = with_overrides(
+                sampling_params, max_tokens=max(1, budget), stop=agent.stop, include_stop_str_in_output=True
+            )
             out = (await llm_engine.generate(ids, params)).outputs[0]
             calls += 1
             tokens_used += len(ids) + len(out.token_ids)
@@ -366,11 +416,20 @@ class AgentExecutor(AgentExecutorBase):
             fresh = result["environment_feedback"] or ""
             fresh_short = result.get("feedback_short", fresh) or ""
         stats = {**agent.counters(), "llm_calls": float(calls), "tokens_processed": float(tokens_used)}
-        return Trajectory(prompt=prompt, label=label, reward=float(result["rewards"].item()),
-                          scores=agent.metric_scores(), stats=stats, answer=agent.answer, text=history)
+        return Trajectory(
+            prompt=prompt,
+            label=label,
+            reward=float(result["rewards"].item()),
+            scores=agent.metric_scores(),
+            stats=stats,
+            answer=agent.answer,
+            text=history,
+        )
 
 
-def stub_block(shown, tokens: list, logprobs: list | None, action_ranges: list, texts: list) -> tuple[list, list | None]:
+def stub_block(
+    shown, tokens: list, logprobs: list | None, action_ranges: list, texts: list
+) -> tuple[list, list | None]:
     """The transcript with a block that has been summarised replaced by its stub, as ASearcher's next call sees it.
 
     ASearcher tokenises the full and the short text of a block separately and concatenates token ids;

@@ -36,8 +36,13 @@ from .agent.actions import scrub
 log = logging.getLogger(__name__)
 TEMPLATE_DIR = Path(__file__).with_name("judge_templates")
 # `gt_answer` and `pred_answer` are ASearcher's names, so its JUDGE_PROMPT text works unchanged as a template.
-FIELDS = {"question": "the question", "golds": "the gold answers", "gt_answer": "the gold answers",
-          "prediction": "the predicted answer", "pred_answer": "the predicted answer"}
+FIELDS = {
+    "question": "the question",
+    "golds": "the gold answers",
+    "gt_answer": "the gold answers",
+    "prediction": "the predicted answer",
+    "pred_answer": "the predicted answer",
+}
 
 
 @dataclass(frozen=True)
@@ -133,10 +138,15 @@ def settings(cfg) -> Settings:
         return default if value is None else value
 
     path = getattr(cfg, "prompt_template", None) or str(TEMPLATE_DIR / base.template)
-    return Settings(fmt, load_template(path), float(pick("temperature", base.temperature)),
-                    getattr(cfg, "top_p", None), int(pick("max_tokens", base.max_tokens)),
-                    int(pick("prediction_max_chars", base.prediction_max_chars)),
-                    str(pick("prediction_cut_at", base.prediction_cut_at)))
+    return Settings(
+        fmt,
+        load_template(path),
+        float(pick("temperature", base.temperature)),
+        getattr(cfg, "top_p", None),
+        int(pick("max_tokens", base.max_tokens)),
+        int(pick("prediction_max_chars", base.prediction_max_chars)),
+        str(pick("prediction_cut_at", base.prediction_cut_at)),
+    )
 
 
 def render(question: str, prediction: str, golds: list[str], s: Settings) -> str:
@@ -146,8 +156,9 @@ def render(question: str, prediction: str, golds: list[str], s: Settings) -> str
         prediction = prediction[: s.prediction_max_chars]
     # ASearcher shows a single gold answer as itself and several as a Python list.
     shown = golds[0] if s.format == "asearcher" and len(golds) == 1 else str(golds)
-    return s.template.format(question=question, golds=shown, gt_answer=shown, prediction=prediction,
-                             pred_answer=prediction)
+    return s.template.format(
+        question=question, golds=shown, gt_answer=shown, prediction=prediction, pred_answer=prediction
+    )
 
 
 def parse_verdict_reply(text: str) -> Verdict | None:
@@ -244,8 +255,9 @@ async def judge_verdict(question: str, prediction: str, golds: list[str], cfg, c
         if isinstance(hit, dict) and "correct" in hit:
             return Verdict(bool(hit["correct"]), str(hit.get("rationale", "")))
     verdict = await _ask(prompt, s, cfg, client)
-    log.debug("judge: %s for %.200r (%s)", "correct" if verdict.correct else "incorrect", prediction,
-              verdict.rationale)
+    log.debug(
+        "judge: %s for %.200r (%s)", "correct" if verdict.correct else "incorrect", prediction, verdict.rationale
+    )
     if cache is not None:
         await cache.aset(key, {"correct": verdict.correct, "rationale": verdict.rationale})
     return verdict
@@ -273,8 +285,12 @@ def _reader(fmt: str):
 
 
 async def _ask(prompt: str, s: Settings, cfg, client) -> Verdict:
-    body = {"model": cfg.model, "temperature": s.temperature, "max_tokens": s.max_tokens,
-            "messages": [{"role": "user", "content": prompt}]}
+    body = {
+        "model": cfg.model,
+        "temperature": s.temperature,
+        "max_tokens": s.max_tokens,
+        "messages": [{"role": "user", "content": prompt}],
+    }
     if s.top_p is not None:
         body["top_p"] = s.top_p
     own = client is None or isinstance(client, httpx.AsyncClient)

@@ -36,17 +36,21 @@ def build_command(recipe: str, overrides: list[str]) -> tuple[list[str], RunConf
 
 def runtime_env_vars(config: RunConfig) -> dict:
     """OpenRLHF's own defaults (it sets them only when it starts Ray itself) plus the run config."""
-    return {"TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
-            "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
-            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
-            RUN_CONFIG_ENV: config.model_dump_json()}
+    return {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+        RUN_CONFIG_ENV: config.model_dump_json(),
+    }
 
 
 def ray_job_command(argv: list[str], config: RunConfig) -> str:
     """The same run on a cluster: the config rides in the job's runtime env, the entrypoint installs the scheduler."""
     runtime = json.dumps({"env_vars": {RUN_CONFIG_ENV: config.model_dump_json()}})
-    return (f"ray job submit --address $RAY_ADDRESS --runtime-env-json {shlex.quote(runtime)} -- "
-            f"python -m asearcher_plugin.launch {shlex.join(argv)}")
+    return (
+        f"ray job submit --address $RAY_ADDRESS --runtime-env-json {shlex.quote(runtime)} -- "
+        f"python -m asearcher_plugin.launch {shlex.join(argv)}"
+    )
 
 
 def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
@@ -68,8 +72,11 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     except ValueError as exc:  # scheduler settings that cannot stream, or flags the CPU stand-ins cannot run
         raise LaunchError(str(exc)) from None
     if settings is None and config.scheduler.enable:
-        print("asearcher: --train.async_enable is off: OpenRLHF's synchronous trainer and generator run, without "
-              "the streaming scheduler", file=sys.stderr)
+        print(
+            "asearcher: --train.async_enable is off: OpenRLHF's synchronous trainer and generator run, without "
+            "the streaming scheduler",
+            file=sys.stderr,
+        )
     env = runtime_env_vars(config)
     os.environ.update(env)
     import ray
@@ -98,8 +105,10 @@ def config_for_launch(path: str | None) -> RunConfig:
             return read_run_file(os.environ[CONFIG_ENV])
     except (ConfigError, ValueError) as exc:
         raise LaunchError(str(exc)) from None
-    raise LaunchError("no agent config: pass --config run.yaml (with `agent:` and optionally `scheduler:` sections), "
-                      "or use `asearcher train RECIPE.yaml`")
+    raise LaunchError(
+        "no agent config: pass --config run.yaml (with `agent:` and optionally `scheduler:` sections), "
+        "or use `asearcher train RECIPE.yaml`"
+    )
 
 
 def main(args: list[str] | None = None) -> None:
@@ -112,7 +121,7 @@ def main(args: list[str] | None = None) -> None:
                 if i + 1 >= len(args):
                     raise LaunchError(f"{flag} needs a value")
                 value = args[i + 1]
-                del args[i: i + 2]
+                del args[i : i + 2]
                 agent, config = (value, config) if flag == "--agent" else (agent, value)
         if "--cpu" in args:
             args.remove("--cpu")

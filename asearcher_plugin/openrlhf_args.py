@@ -32,9 +32,11 @@ class RecipeFlagError(ValueError):
 def train_ppo_ray_source() -> Path:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
-        raise RecipeFlagError("openrlhf is not installed; it comes with the [train] extra: pip install "
-                              "'asearcher-plugin[train]' (to check recipes only: pip install --no-deps "
-                              "openrlhf==0.11.2)")
+        raise RecipeFlagError(
+            "openrlhf is not installed; it comes with the [train] extra: pip install "
+            "'asearcher-plugin[train]' (to check recipes only: pip install --no-deps "
+            "openrlhf==0.11.2)"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / "cli" / "train_ppo_ray.py"
 
 
@@ -48,8 +50,9 @@ def _main_block(source: str) -> ast.Module:
 
 
 def _calls(node: ast.stmt, name: str) -> bool:
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and getattr(node.value.func, "id", "") == name)
+    return (
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == name
+    )
 
 
 def _uses(node: ast.stmt, attr: str) -> bool:
@@ -88,8 +91,9 @@ def _namespace(**extra) -> dict:
 
 def _parser(source: str) -> argparse.ArgumentParser:
     block = _main_block(source)
-    cut = next(i for i, n in enumerate(block.body)
-               if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value))
+    cut = next(
+        i for i, n in enumerate(block.body) if isinstance(n, ast.Assign) and "parse_args" in ast.unparse(n.value)
+    )
     ns = _namespace()
     exec(compile(ast.Module(body=block.body[:cut], type_ignores=[]), "train_ppo_ray.py", "exec"), ns)
     return ns["parser"]

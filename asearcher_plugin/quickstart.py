@@ -15,14 +15,22 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: list[str] | None, model: str,
-                   tokenizer: str | None, console: Console) -> Path:
+def run_quickstart(
+    workdir: Path,
+    port: int,
+    questions: int,
+    k: int,
+    base_url: list[str] | None,
+    model: str,
+    tokenizer: str | None,
+    console: Console,
+) -> Path:
     import ray
 
     from local_retriever.build import build_kb
     from local_retriever.manifest import MANIFEST_FILE
-    from local_retriever.server_process import start_server, wait_healthy
     from local_retriever.sample import load_sample_questions, sample_dump_path
+    from local_retriever.server_process import start_server, wait_healthy
 
     from .config import AgentConfig, SchedulerConfig
     from .engines import make_engine
@@ -37,7 +45,9 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: l
     console.rule("1/4 knowledge base")
     if not (kb / MANIFEST_FILE).is_file():
         manifest, _ = build_kb(sample_dump_path(), kb)
-        console.print(f"built {manifest.passages} passages from {manifest.pages} Wikipedia articles in {manifest.build_seconds}s")
+        console.print(
+            f"built {manifest.passages} passages from {manifest.pages} Wikipedia articles in {manifest.build_seconds}s"
+        )
     url = f"http://127.0.0.1:{port}"
     server = start_server(kb, port, "hybrid")
     try:
@@ -49,7 +59,9 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: l
             console.print(f"using the served model {model} at {', '.join(base_url)}")
         elif not (tiny / "config.json").is_file():
             make_tiny_model(tiny)
-            console.print(f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)")
+            console.print(
+                f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)"
+            )
 
         agent = load_recipe("cpu_tiny")["agent"]  # packaged with the code: the same from a checkout or a wheel
         agent.setdefault("tools", {}).setdefault("local", {})["urls"] = [url]
@@ -58,15 +70,31 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: l
         prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
         ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         try:
-            stats = asyncio.run(rollout(str(tiny), agent, prompts, workdir / "rollout" / "trajectories.jsonl", engines=2,
-                                        batch_size=2, n_samples=2, steps=3,
-                                        scheduler=SchedulerConfig(max_concurrent=4, max_staleness=1),
-                                        max_length=1024)) if not base_url else None
+            stats = (
+                asyncio.run(
+                    rollout(
+                        str(tiny),
+                        agent,
+                        prompts,
+                        workdir / "rollout" / "trajectories.jsonl",
+                        engines=2,
+                        batch_size=2,
+                        n_samples=2,
+                        steps=3,
+                        scheduler=SchedulerConfig(max_concurrent=4, max_staleness=1),
+                        max_length=1024,
+                    )
+                )
+                if not base_url
+                else None
+            )
         finally:
             ray.shutdown()
         if stats:
-            console.print(f"{stats['trajectories']} trajectories in {stats['seconds']:.0f}s "
-                          f"-> {workdir / 'rollout' / 'trajectories.jsonl'}")
+            console.print(
+                f"{stats['trajectories']} trajectories in {stats['seconds']:.0f}s "
+                f"-> {workdir / 'rollout' / 'trajectories.jsonl'}"
+            )
 
         console.rule("4/4 evaluation and report")
         config = AgentConfig.model_validate(agent)
@@ -75,7 +103,10 @@ def run_quickstart(workdir: Path, port: int, questions: int, k: int, base_url: l
         out = asyncio.run(run_eval(items, config, engine, tok, workdir / "eval", k=k, concurrency=4, max_length=1024))
         metrics = json.loads((out / "metrics.json").read_text())
         f1 = metrics["datasets"]["overall"].get("f1", {})
-        console.print(f"{metrics['items_ok']} items: F1 Avg@{k} {f1.get(f'avg@{k}', 0):.3f}, Pass@{k} {f1.get(f'pass@{k}', 0):.3f}")
+        console.print(
+            f"{metrics['items_ok']} items: F1 Avg@{k} {f1.get(f'avg@{k}', 0):.3f}, "
+            f"Pass@{k} {f1.get(f'pass@{k}', 0):.3f}"
+        )
         report = (out / "report.html").resolve()
         console.print(f"[bold]report: {report}[/bold]")
         return report

@@ -9,12 +9,21 @@ against them. `asearcher train RECIPE --dry-run` is `load` then `check`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from .config import (AgentConfig, ConfigError, RunConfig, SchedulerConfig, null_sections, parse_assignment,
-                     read_yaml_mapping, set_dotted, validation_problems)
+from .config import (
+    AgentConfig,
+    ConfigError,
+    RunConfig,
+    SchedulerConfig,
+    null_sections,
+    parse_assignment,
+    read_yaml_mapping,
+    set_dotted,
+    validation_problems,
+)
 
 RECIPE_DIR = Path(__file__).with_name("recipes")
 SECTIONS = ("description", "resources", "agent", "scheduler", "openrlhf")
@@ -29,11 +38,11 @@ class Resources(BaseModel):
     """What a run needs, for people choosing a recipe; nothing reads it to place work."""
 
     model_config = ConfigDict(extra="forbid")
-    nodes: Optional[int] = Field(None, ge=1)
-    gpus_per_node: Optional[int] = Field(None, ge=0)
-    gpu_memory_gb: Optional[float] = Field(None, ge=0)
-    host_ram_gb: Optional[float] = Field(None, ge=0)
-    hours: Optional[float] = Field(None, ge=0)
+    nodes: int | None = Field(None, ge=1)
+    gpus_per_node: int | None = Field(None, ge=0)
+    gpu_memory_gb: float | None = Field(None, ge=0)
+    host_ram_gb: float | None = Field(None, ge=0)
+    hours: float | None = Field(None, ge=0)
 
 
 class CheckedRecipe(BaseModel):
@@ -42,25 +51,28 @@ class CheckedRecipe(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     argv: list[str]
     args: object
-    scheduler: Optional[SchedulerConfig]  # None: OpenRLHF's own generator runs (no async, or scheduler.enable false)
+    scheduler: SchedulerConfig | None  # None: OpenRLHF's own generator runs (no async, or scheduler.enable false)
 
     def summary(self) -> str:
         if self.scheduler is None:
             return "streaming scheduler: off (OpenRLHF's own generator)"
         s = self.scheduler
-        return (f"streaming scheduler: max_staleness {s.max_staleness}, max_concurrent {s.max_concurrent} groups, "
-                f"on_stale {s.on_stale}")
+        return (
+            f"streaming scheduler: max_staleness {s.max_staleness}, max_concurrent {s.max_concurrent} groups, "
+            f"on_stale {s.on_stale}"
+        )
 
 
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    description: Optional[str] = None
-    resources: Optional[Resources] = None
+    description: str | None = None
+    resources: Resources | None = None
     agent: AgentConfig = Field(default_factory=AgentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     openrlhf: dict[str, Any] = Field(
         description="OpenRLHF 0.11.2 flags without the leading dashes, e.g. rollout.batch_size: 128; true is a switch "
-        "given, false or null leaves the flag out, a list gives several values")
+        "given, false or null leaves the flag out, a list gives several values"
+    )
     _source: str = PrivateAttr("recipe")
 
     @field_validator("openrlhf")
@@ -72,8 +84,10 @@ class Recipe(BaseModel):
                 raise ValueError(f"{name!r}: write a flag without its dashes, e.g. rollout.batch_size")
             values = value if isinstance(value, list) else [value]
             if value is not None and not all(isinstance(v, SCALARS) for v in values):
-                raise ValueError(f"{name}: a flag's value is a number, a string, true/false or a list of them, not "
-                                 f"{type(value).__name__} {value!r} (flags are dotted names: rollout.batch_size: 4)")
+                raise ValueError(
+                    f"{name}: a flag's value is a number, a string, true/false or a list of them, not "
+                    f"{type(value).__name__} {value!r} (flags are dotted names: rollout.batch_size: 4)"
+                )
         return flags
 
     @property
@@ -106,10 +120,12 @@ class Recipe(BaseModel):
 
     def _templated_once(self) -> None:
         if self.openrlhf.get("data.apply_chat_template") and self.agent.wrap_prompt:
-            raise RecipeError(f"{self.source}: openrlhf.data.apply_chat_template and agent.wrap_prompt would both "
-                              "template the prompt; the agent applies the chat template itself (feedback_style: "
-                              "chat), so drop data.apply_chat_template, or set agent.wrap_prompt: false for a dataset "
-                              "of ready prompts")
+            raise RecipeError(
+                f"{self.source}: openrlhf.data.apply_chat_template and agent.wrap_prompt would both "
+                "template the prompt; the agent applies the chat template itself (feedback_style: "
+                "chat), so drop data.apply_chat_template, or set agent.wrap_prompt: false for a dataset "
+                "of ready prompts"
+            )
 
     def run_config(self) -> RunConfig:
         """What travels with the run besides the flags (the agent and scheduler sections)."""
@@ -236,5 +252,18 @@ def openrlhf_argv(flags: dict) -> list[str]:
     return argv
 
 
-__all__ = ["CheckedRecipe", "ConfigError", "Recipe", "RecipeError", "agent_path", "apply_override", "check_run",
-           "load_recipe", "openrlhf_argv", "read_run_file", "recipe_names", "resolve_recipe", "run_config"]
+__all__ = [
+    "CheckedRecipe",
+    "ConfigError",
+    "Recipe",
+    "RecipeError",
+    "agent_path",
+    "apply_override",
+    "check_run",
+    "load_recipe",
+    "openrlhf_argv",
+    "read_run_file",
+    "recipe_names",
+    "resolve_recipe",
+    "run_config",
+]

@@ -9,7 +9,7 @@ only place that dict is built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # Counters logged after the `score_*` keys, as they always were: OpenRLHF logs extra_logs in dict order.
 _AFTER_SCORES = ("judge_failed", "llm_calls", "tokens_processed")
@@ -17,9 +17,11 @@ _AFTER_SCORES = ("judge_failed", "llm_calls", "tokens_processed")
 
 def flat_logs(stats: dict[str, float], scores: dict[str, float]) -> dict[str, float]:
     """OpenRLHF's `extra_logs`: counters and one `score_<metric>` per metric, all flat numbers."""
-    return {**{k: v for k, v in stats.items() if k not in _AFTER_SCORES},
-            **{f"score_{k}": float(v) for k, v in scores.items()},
-            **{k: stats[k] for k in _AFTER_SCORES if k in stats}}
+    return {
+        **{k: v for k, v in stats.items() if k not in _AFTER_SCORES},
+        **{f"score_{k}": float(v) for k, v in scores.items()},
+        **{k: stats[k] for k in _AFTER_SCORES if k in stats},
+    }
 
 
 @dataclass
@@ -37,12 +39,12 @@ class Trajectory:
     scores: dict[str, float]  # one value per metric (em, f1, ..., judge): what eval reports as metrics
     stats: dict[str, float]  # counters (turns, searches, tool_errors, judge_failed, ...): never metrics
     truncated: bool = False
-    answer: Optional[str] = None
+    answer: str | None = None
     text: str = ""
-    observation_tokens: Optional[list[int]] = None
-    action_ranges: Optional[list[tuple[int, int]]] = None
-    rollout_log_probs: Optional[list[float]] = None
-    token_times: Optional[list] = None  # wall clock of the first and the last model call: [start, end]
+    observation_tokens: list[int] | None = None
+    action_ranges: list[tuple[int, int]] | None = None
+    rollout_log_probs: list[float] | None = None
+    token_times: list | None = None  # wall clock of the first and the last model call: [start, end]
     images: Any = None
     mm_train_inputs: Any = None
 
@@ -60,13 +62,22 @@ class Trajectory:
     def to_openrlhf(self) -> dict:
         """The dict OpenRLHF 0.11.2's `_process_response_into_experience` reads (`scores` there is the
         reward, as in its own executors). `answer`, `text` and `token_times` ride along for our scheduler."""
-        return {"prompt": self.prompt, "label": self.label, "images": self.images,
-                "mm_train_inputs": self.mm_train_inputs, "observation_tokens": self.observation_tokens,
-                "action_ranges": self.action_ranges, "rollout_log_probs": self.rollout_log_probs,
-                "reward": self.reward, "scores": self.reward, "truncated": self.truncated,
-                "extra_logs": self.extra_logs(), "answer": self.answer, "text": self.text,
-                "token_times": self.token_times}
-
+        return {
+            "prompt": self.prompt,
+            "label": self.label,
+            "images": self.images,
+            "mm_train_inputs": self.mm_train_inputs,
+            "observation_tokens": self.observation_tokens,
+            "action_ranges": self.action_ranges,
+            "rollout_log_probs": self.rollout_log_probs,
+            "reward": self.reward,
+            "scores": self.reward,
+            "truncated": self.truncated,
+            "extra_logs": self.extra_logs(),
+            "answer": self.answer,
+            "text": self.text,
+            "token_times": self.token_times,
+        }
 
 
 @dataclass
@@ -84,14 +95,14 @@ class EvalRow:
     question: str
     golden_answers: list
     status: str = "ok"
-    answer: Optional[str] = None
-    reward: Optional[float] = None
+    answer: str | None = None
+    reward: float | None = None
     text: str = ""
     truncated: bool = False
     logs: dict[str, float] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
     tokens: int = 0
-    gen_tokens: Optional[int] = None  # None on rows of versions that did not count it
+    gen_tokens: int | None = None  # None on rows of versions that did not count it
     error: str = ""
     seconds: float = 0.0
 
@@ -107,18 +118,32 @@ class EvalRow:
         self.tokens, self.gen_tokens = trajectory.tokens, trajectory.gen_tokens
 
     def to_json(self) -> dict:
-        row = {"id": self.id, "dataset": self.dataset, "seed": self.seed, "question": self.question,
-               "golden_answers": self.golden_answers, "status": self.status}
+        row = {
+            "id": self.id,
+            "dataset": self.dataset,
+            "seed": self.seed,
+            "question": self.question,
+            "golden_answers": self.golden_answers,
+            "status": self.status,
+        }
         if self.status == "ok":
-            row.update(answer=self.answer, reward=self.reward, text=self.text, truncated=self.truncated,
-                       logs=self.logs, scores=self.scores, tokens=self.tokens, gen_tokens=self.gen_tokens)
+            row.update(
+                answer=self.answer,
+                reward=self.reward,
+                text=self.text,
+                truncated=self.truncated,
+                logs=self.logs,
+                scores=self.scores,
+                tokens=self.tokens,
+                gen_tokens=self.gen_tokens,
+            )
         else:
             row["error"] = self.error
         row["seconds"] = self.seconds
         return row
 
     @classmethod
-    def from_json(cls, row: dict) -> "EvalRow":
+    def from_json(cls, row: dict) -> EvalRow:
         """Also reads rows written before `logs` and `scores` were kept apart, where `logs` held OpenRLHF's flat
         extra_logs (`score_<metric>` beside the counters) and `scores` may be missing."""
         logs = dict(row.get("logs") or {})

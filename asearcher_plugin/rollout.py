@@ -32,8 +32,9 @@ def _actor_class():
             self.executor = AgentExecutor(AgentConfig.model_validate(agent_config))
             self.pending = 0
 
-        async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer=None,
-                                     num_samples=1, images=None):
+        async def generate_responses(
+            self, prompt, label, sampling_params, max_length, hf_tokenizer=None, num_samples=1, images=None
+        ):
             """OpenRLHF's call and OpenRLHF's dicts, for callers that stand this actor in for its engines."""
             records = await self.generate_records(prompt, label, sampling_params, max_length, num_samples)
             return [r.to_openrlhf() for r in records]
@@ -41,8 +42,10 @@ def _actor_class():
         async def generate_records(self, prompt, label, sampling_params, max_length, num_samples=1):
             self.pending += num_samples
             try:
-                runs = [self.executor.run(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
-                        for _ in range(num_samples)]
+                runs = [
+                    self.executor.run(prompt, label, sampling_params, max_length, self.engine.tokenizer, self.engine)
+                    for _ in range(num_samples)
+                ]
                 return await asyncio.gather(*runs)
             finally:
                 self.pending -= num_samples
@@ -88,9 +91,19 @@ def group_runner(actors, params, max_length: int, n_samples: int):
     return run_group
 
 
-async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path, engines: int, batch_size: int,
-                  n_samples: int, steps: int, scheduler: SchedulerConfig, max_length: int,
-                  temperature: float = 1.0) -> dict:
+async def rollout(
+    model_path: str,
+    agent_config: dict,
+    prompts: list,
+    out: Path,
+    engines: int,
+    batch_size: int,
+    n_samples: int,
+    steps: int,
+    scheduler: SchedulerConfig,
+    max_length: int,
+    temperature: float = 1.0,
+) -> dict:
     """The recipe's scheduler settings; no trainer sits between batches, so versions advance once per batch."""
     import ray
 
@@ -100,9 +113,14 @@ async def rollout(model_path: str, agent_config: dict, prompts: list, out: Path,
     params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)
     run_group = group_runner(actors, params, max_length, n_samples)
     eta = 1 if scheduler.max_staleness is None else scheduler.max_staleness
-    sched = StreamingScheduler(run_group, iter(prompts), batch_size=batch_size,
-                               max_concurrent=scheduler.max_concurrent or (eta + 1) * batch_size, max_staleness=eta,
-                               on_stale=scheduler.on_stale)
+    sched = StreamingScheduler(
+        run_group,
+        iter(prompts),
+        batch_size=batch_size,
+        max_concurrent=scheduler.max_concurrent or (eta + 1) * batch_size,
+        max_staleness=eta,
+        on_stale=scheduler.on_stale,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     started, written = time.monotonic(), 0
     try:
@@ -124,12 +142,25 @@ async def _drain(sched: StreamingScheduler, fh, steps: int) -> int:
             break
         for group in batch:
             for sample in group.samples:
-                fh.write(json.dumps({"step": step, "prompt": group.prompt[0], "label": group.prompt[1],
-                                     "answer": sample.answer, "reward": sample.reward, "truncated": sample.truncated,
-                                     "scores": sample.scores, "logs": sample.stats,
-                                     "admitted_version": group.admitted_version, "consumed_version": step,
-                                     **token_versions(sched.clock, sample.token_times),
-                                     "tokens": sample.tokens}) + "\n")
+                fh.write(
+                    json.dumps(
+                        {
+                            "step": step,
+                            "prompt": group.prompt[0],
+                            "label": group.prompt[1],
+                            "answer": sample.answer,
+                            "reward": sample.reward,
+                            "truncated": sample.truncated,
+                            "scores": sample.scores,
+                            "logs": sample.stats,
+                            "admitted_version": group.admitted_version,
+                            "consumed_version": step,
+                            **token_versions(sched.clock, sample.token_times),
+                            "tokens": sample.tokens,
+                        }
+                    )
+                    + "\n"
+                )
                 written += 1
         sched.set_version(step + 1)
     return written

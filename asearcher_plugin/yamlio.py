@@ -69,6 +69,8 @@ def read_yaml(path: str | os.PathLike):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise YamlInputError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-                             "save the file as UTF-8") from None
+        raise YamlInputError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from None
     return load_yaml(text, str(path))

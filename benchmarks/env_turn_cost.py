@@ -46,8 +46,10 @@ def sample_articles(n: int = 12) -> list[tuple[str, str]]:
 def instant_toolbox(articles):
     from asearcher_plugin.tools.base import ToolBox
 
-    docs = [{"title": t, "url": f"https://en.wikipedia.org/wiki/{t.replace(' ', '_')}", "text": text[:3000]}
-            for t, text in articles]
+    docs = [
+        {"title": t, "url": f"https://en.wikipedia.org/wiki/{t.replace(' ', '_')}", "text": text[:3000]}
+        for t, text in articles
+    ]
     pages = {d["url"]: text for d, (_, text) in zip(docs, articles)}
 
     class Instant(ToolBox):
@@ -83,7 +85,7 @@ def script(articles, docs, turns: int) -> list[str]:
     out = []
     for i in range(turns - 1):
         title, text = articles[i % len(articles)]
-        thought = text[(i * 400) % 10_000:][:400]
+        thought = text[(i * 400) % 10_000 :][:400]
         if i % 2 == 0:
             out.append(f"<think>{thought}</think>\n<search> {title} {' '.join(thought.split()[:6])} </search>")
         else:
@@ -109,7 +111,9 @@ def run_style(tokenizer, articles, style: str, trajectories: int, turns: int, ma
 
     async def one() -> tuple[list[float], dict]:
         engine = ScriptedEngine(tokenizer, turns_text, logprobs=True)
-        result = await executor.execute("What is the capital of Angola?", '["Luanda"]', params, max_length, tokenizer, engine)
+        result = await executor.execute(
+            "What is the capital of Angola?", '["Luanda"]', params, max_length, tokenizer, engine
+        )
         ended = time.perf_counter()
         return [b - a for a, b in zip(engine.calls, engine.calls[1:] + [ended])], result
 
@@ -122,8 +126,12 @@ def run_style(tokenizer, articles, style: str, trajectories: int, turns: int, ma
                 per_turn[k].append(gap * 1000)
             lengths.append(len(result["observation_tokens"]))
     flat = sorted(x for turn in per_turn for x in turn)
-    return {"median_ms": statistics.median(flat), "p90_ms": flat[int(0.9 * (len(flat) - 1))],
-            "by_turn_median_ms": [statistics.median(t) for t in per_turn], "tokens": statistics.median(lengths)}
+    return {
+        "median_ms": statistics.median(flat),
+        "p90_ms": flat[int(0.9 * (len(flat) - 1))],
+        "by_turn_median_ms": [statistics.median(t) for t in per_turn],
+        "tokens": statistics.median(lengths),
+    }
 
 
 def regex_parse(text: str, allowed=("search", "access", "answer")):
@@ -174,24 +182,50 @@ def main() -> None:
     for style in ("information", "chat"):
         r = results[style] = run_style(tokenizer, articles, style, args.trajectories, args.turns, max_length)
         t = r["by_turn_median_ms"]
-        rows.append([f"`feedback_style: {style}`", f"{r['median_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{t[0]:.2f}",
-                     f"{t[len(t) // 2 - 1]:.2f}", f"{t[-2]:.2f}", f"{t[-1]:.2f}", f"{r['tokens']:,.0f}"])
+        rows.append(
+            [
+                f"`feedback_style: {style}`",
+                f"{r['median_ms']:.2f}",
+                f"{r['p90_ms']:.2f}",
+                f"{t[0]:.2f}",
+                f"{t[len(t) // 2 - 1]:.2f}",
+                f"{t[-2]:.2f}",
+                f"{t[-1]:.2f}",
+                f"{r['tokens']:,.0f}",
+            ]
+        )
         print(style, {k: v for k, v in r.items() if k != "by_turn_median_ms"}, flush=True)
     parse = parse_times(args.parse_chars, not args.skip_regex)
-    parse_rows = [[f"`{p['unit']}` repeated", f"{p['regex_s']:.1f} s" if "regex_s" in p else "not run",
-                   f"{p['linear_ms']:.1f} ms"] for p in parse]
-    parse_table = markdown_table([f"{args.parse_chars:,} chars of unclosed tags", "regex parser (before)",
-                                  "`parse_action` (linear)"], parse_rows)
-    note = (f"ms per turn of `AgentExecutor.execute` itself over {args.trajectories} trajectories of {args.turns} turns "
-            f"(63 tool calls alternating search, 3 documents of 1,500 chars, and paged access, 5,000-char chunks; then "
-            f"an answer), the tiny model's tokenizer, log-probs on; tools and the engine answer at once. Turn k = from "
-            f"the k-th engine call to the next (the last: to the result). Columns turn 1/32/63/64 are medians at that "
-            f"turn; turn 64 includes scoring and assembling the result; tokens = trajectory length at the end.\n\n"
-            f"{parse_table}\n\nthe model's turn parsed once; the regex parser is the pre-linear one (non-greedy "
-            f"`<think>.*?</think>` and `<(search|access|answer)>(.*?)</\\1>`), timed once")
-    print(publish("env_turn_cost", ["case", "median ms/turn", "p90 ms/turn", "turn 1", "turn 32", "turn 63",
-                                    "turn 64 (answer)", "tokens"], rows, note,
-                  {"turns": results, "parse_action": parse, "trajectories": args.trajectories}))
+    parse_rows = [
+        [
+            f"`{p['unit']}` repeated",
+            f"{p['regex_s']:.1f} s" if "regex_s" in p else "not run",
+            f"{p['linear_ms']:.1f} ms",
+        ]
+        for p in parse
+    ]
+    parse_table = markdown_table(
+        [f"{args.parse_chars:,} chars of unclosed tags", "regex parser (before)", "`parse_action` (linear)"],
+        parse_rows,
+    )
+    note = (
+        f"ms per turn of `AgentExecutor.execute` itself over {args.trajectories} trajectories of {args.turns} turns "
+        f"(63 tool calls alternating search, 3 documents of 1,500 chars, and paged access, 5,000-char chunks; then "
+        f"an answer), the tiny model's tokenizer, log-probs on; tools and the engine answer at once. Turn k = from "
+        f"the k-th engine call to the next (the last: to the result). Columns turn 1/32/63/64 are medians at that "
+        f"turn; turn 64 includes scoring and assembling the result; tokens = trajectory length at the end.\n\n"
+        f"{parse_table}\n\nthe model's turn parsed once; the regex parser is the pre-linear one (non-greedy "
+        f"`<think>.*?</think>` and `<(search|access|answer)>(.*?)</\\1>`), timed once"
+    )
+    print(
+        publish(
+            "env_turn_cost",
+            ["case", "median ms/turn", "p90 ms/turn", "turn 1", "turn 32", "turn 63", "turn 64 (answer)", "tokens"],
+            rows,
+            note,
+            {"turns": results, "parse_action": parse, "trajectories": args.trajectories},
+        )
+    )
 
 
 if __name__ == "__main__":

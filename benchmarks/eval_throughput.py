@@ -30,8 +30,10 @@ def fake_server(delay: float):
     @app.post("/v1/completions")
     async def completions(body: dict):
         await asyncio.sleep(delay)
-        return {"id": "x", "choices": [{"index": 0, "text": "<think>known</think> <answer>Luanda</answer>",
-                                        "finish_reason": "stop"}]}
+        return {
+            "id": "x",
+            "choices": [{"index": 0, "text": "<think>known</think> <answer>Luanda</answer>", "finish_reason": "stop"}],
+        }
 
     return app
 
@@ -71,8 +73,9 @@ def main() -> None:
     # The fake model server runs in its own process, as a real one would, not on the harness's event loop.
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--delay", str(args.delay)])
     try:
-        wait_until_up(server, lambda: httpx.post(f"{url}/v1/completions", json={}, timeout=5), "fake model server",
-                      timeout=20)
+        wait_until_up(
+            server, lambda: httpx.post(f"{url}/v1/completions", json={}, timeout=5), "fake model server", timeout=20
+        )
         for conc in (1, 8, 64):
             n = {1: 16, 8: args.items}.get(conc, args.items * 4)  # enough waves to amortise the fixed report cost
             out = Path(tempfile.mkdtemp())
@@ -86,10 +89,20 @@ def main() -> None:
             rows.append([conc, n, f"{qpm:.0f}", f"{ideal:.0f}", f"{qpm / ideal:.0%}"])
     finally:
         server.terminate()
-    note = (f"each model call answers after {args.delay * 1000:.0f} ms; one call per question (the answer comes on the "
-            "first turn); the fake server is a separate process on the same 2 cores; wall time includes writing "
-            "trajectories, metrics.json, summary.md and report.html")
-    print(publish("eval_throughput", ["concurrency", "questions", "questions/min", "ideal/min", "of ideal"], rows, note, payload))
+    note = (
+        f"each model call answers after {args.delay * 1000:.0f} ms; one call per question (the answer comes on the "
+        "first turn); the fake server is a separate process on the same 2 cores; wall time includes writing "
+        "trajectories, metrics.json, summary.md and report.html"
+    )
+    print(
+        publish(
+            "eval_throughput",
+            ["concurrency", "questions", "questions/min", "ideal/min", "of ideal"],
+            rows,
+            note,
+            payload,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ POISON = [
     ("/retrieve", b'{"queries": ["' + b"a" * (MAX_BODY + 10) + b'"]}'),
     ("/retrieve", b"\xff\xfe not utf-8"),
 ]
-LIE = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"que"
+LIE = b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"que'
 
 
 def free_port() -> int:
@@ -67,9 +67,23 @@ def free_port() -> int:
 def kb_serve(kb_dir: Path, *flags: str):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "local_retriever.cli", "serve", str(kb_dir), "--port", str(port),
-                             "--retriever", "hybrid", *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "local_retriever.cli",
+            "serve",
+            str(kb_dir),
+            "--port",
+            str(port),
+            "--retriever",
+            "hybrid",
+            *flags,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     try:
         wait_healthy(url, proc, timeout=600)
         yield url, proc
@@ -91,6 +105,7 @@ async def good_traffic(url: str, n: int, clients: int, tally: Tally) -> None:
     limits = httpx.Limits(max_connections=clients, keepalive_expiry=2.0)  # below the server's keep-alive
     gate = asyncio.Semaphore(clients)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+
         async def one(i: int):
             async with gate:
                 tally.tried += 1
@@ -100,8 +115,9 @@ async def good_traffic(url: str, n: int, clients: int, tally: Tally) -> None:
                         r = await http.post(f"{url}/access", json={"urls": [title]})
                         ok = r.status_code == 200 and (r.json()["result"][0] or {}).get("title") == title
                     else:
-                        r = await http.post(f"{url}/retrieve", json={"queries": [QUESTIONS[i % len(QUESTIONS)]],
-                                                                     "topk": 3})
+                        r = await http.post(
+                            f"{url}/retrieve", json={"queries": [QUESTIONS[i % len(QUESTIONS)]], "topk": 3}
+                        )
                         ok = r.status_code == 200 and len(r.json()["result"][0]) == 3
                 except httpx.HTTPError:
                     tally.lost += 1
@@ -126,6 +142,7 @@ async def lie(url: str) -> bytes:
 async def poison_traffic(url: str, until: asyncio.Event, tally: Tally, resets: list) -> None:
     async with httpx.AsyncClient(timeout=120) as http:
         while not until.is_set():
+
             async def bad(path: str, body: bytes):
                 tally.tried += 1
                 try:
@@ -157,6 +174,7 @@ async def poison_traffic(url: str, until: asyncio.Event, tally: Tally, resets: l
 def scenario_poison(kb: Path, n: int, clients: int) -> tuple[list, dict]:
     good, bad, resets = Tally(), Tally(), [0]
     with kb_serve(kb, "--max-body-bytes", str(MAX_BODY), "--body-timeout", "2") as (url, proc):
+
         async def run():
             done = asyncio.Event()
             poison = asyncio.create_task(poison_traffic(url, done, bad, resets))
@@ -170,16 +188,30 @@ def scenario_poison(kb: Path, n: int, clients: int) -> tuple[list, dict]:
         health = httpx.get(f"{url}/health").json()
         rss = psutil.Process(proc.pid).memory_info().rss / 2**20
     note = f"server 5xx: {health['errors_5xx']}, 4xx: {health['errors_4xx']}; RSS {rss:.0f} MB after; {seconds:.0f} s"
-    return ([good.row("poison", "good searches + page reads", note),
-             bad.row("poison", "surrogates, bad URLs, deep JSON, huge bodies, non-UTF-8, Content-Length lies",
-                     f"failed = answered 5xx; {resets[0]} over-limit bodies saw the connection reset before their 413")],
-            {"good": vars(good), "bad": vars(bad), "resets": resets[0], "health": health, "rss_mb": rss,
-             "seconds": seconds})
+    return (
+        [
+            good.row("poison", "good searches + page reads", note),
+            bad.row(
+                "poison",
+                "surrogates, bad URLs, deep JSON, huge bodies, non-UTF-8, Content-Length lies",
+                f"failed = answered 5xx; {resets[0]} over-limit bodies saw the connection reset before their 413",
+            ),
+        ],
+        {
+            "good": vars(good),
+            "bad": vars(bad),
+            "resets": resets[0],
+            "health": health,
+            "rss_mb": rss,
+            "seconds": seconds,
+        },
+    )
 
 
 def scenario_kill(kb: Path, n: int, clients: int) -> tuple[list, dict]:
     tally = Tally()
     with kb_serve(kb) as (url_a, _), kb_serve(kb) as (url_b, victim):
+
         async def run():
             async with RetrievalClient([url_a, url_b], timeout=60) as client:
                 gate, done = asyncio.Semaphore(clients), [0]
@@ -204,9 +236,14 @@ def scenario_kill(kb: Path, n: int, clients: int) -> tuple[list, dict]:
         stats = asyncio.run(run())
         victim.wait(timeout=30)
     tally.failed = sum(stats["errors"].values())
-    note = (f"one of two replicas killed (SIGKILL) after {n // 4} answers; failed = attempts that met the dead "
-            f"replica, each retried on the live one ({stats.get('failovers', 0)} failovers)")
-    return [tally.row("replica kill -9", "searches through RetrievalClient", note)], {"tally": vars(tally), "client": stats}
+    note = (
+        f"one of two replicas killed (SIGKILL) after {n // 4} answers; failed = attempts that met the dead "
+        f"replica, each retried on the live one ({stats.get('failovers', 0)} failovers)"
+    )
+    return [tally.row("replica kill -9", "searches through RetrievalClient", note)], {
+        "tally": vars(tally),
+        "client": stats,
+    }
 
 
 async def loris(url: str, kind: str) -> bool:
@@ -236,6 +273,7 @@ async def loris(url: str, kind: str) -> bool:
 def scenario_loris(kb: Path, n: int, clients: int, slow: int) -> tuple[list, dict]:
     tally, slow_tally = Tally(), Tally()
     with kb_serve(kb, "--header-timeout", "5") as (url, _):
+
         async def run():
             slow_ones = [asyncio.create_task(loris(url, ("silent", "partial", "drip")[i % 3])) for i in range(slow)]
             await asyncio.sleep(0.5)  # the slow connections are open before the good traffic starts
@@ -245,10 +283,17 @@ def scenario_loris(kb: Path, n: int, clients: int, slow: int) -> tuple[list, dic
         closed = asyncio.run(run())
     slow_tally.tried = slow
     slow_tally.failed = closed.count(False)
-    return ([tally.row("slow-loris", "good searches + page reads", f"while {slow} slow connections were open"),
-             slow_tally.row("slow-loris", "slow connections (silent, half headers, 1 byte / 0.2 s)",
-                            "failed = not closed by the server within 60 s (header timeout 5 s)")],
-            {"good": vars(tally), "slow": vars(slow_tally)})
+    return (
+        [
+            tally.row("slow-loris", "good searches + page reads", f"while {slow} slow connections were open"),
+            slow_tally.row(
+                "slow-loris",
+                "slow connections (silent, half headers, 1 byte / 0.2 s)",
+                "failed = not closed by the server within 60 s (header timeout 5 s)",
+            ),
+        ],
+        {"good": vars(tally), "slow": vars(slow_tally)},
+    )
 
 
 def main() -> None:
@@ -259,14 +304,18 @@ def main() -> None:
     args = ap.parse_args()
     kb = ensure_sample_kb(Path("runs/sample-kb"))
     rows, payload = [], {"args": vars(args)}
-    for name, run in (("poison", lambda: scenario_poison(kb, args.requests, args.clients)),
-                      ("replica_kill", lambda: scenario_kill(kb, args.requests, args.clients)),
-                      ("slow_loris", lambda: scenario_loris(kb, args.requests, args.clients, args.slow))):
+    for name, run in (
+        ("poison", lambda: scenario_poison(kb, args.requests, args.clients)),
+        ("replica_kill", lambda: scenario_kill(kb, args.requests, args.clients)),
+        ("slow_loris", lambda: scenario_loris(kb, args.requests, args.clients, args.slow)),
+    ):
         got, payload[name] = run()
         rows += got
         print(json.dumps({name: payload[name]}, default=str))
-    note = (f"{args.requests} good requests per scenario ({args.clients} in flight; 1 in 8 a page read), sample KB "
-            "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback")
+    note = (
+        f"{args.requests} good requests per scenario ({args.clients} in flight; 1 in 8 a page read), sample KB "
+        "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback"
+    )
     print(publish("faults", ["scenario", "traffic", "tried", "failed", "lost", "notes"], rows, note, payload))
 
 

@@ -41,22 +41,47 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     out = work / name.replace(" ", "_").replace("+", "and")
     shutil.rmtree(out, ignore_errors=True)
     (out / "engines").mkdir(parents=True)
-    workload = {"max_turns": args.max_turns, "turns_scale": args.scale, "pareto_alpha": args.alpha, "ms_per_token": args.ms_per_token,
-                "tokens_per_turn": args.tokens_per_turn, "max_num_seqs": args.max_num_seqs, "seed": args.seed}
-    env = {**os.environ, "ASEARCHER_CPU_WORKLOAD": json.dumps(workload), "ASEARCHER_CPU_ENGINE_STATS": str(out / "engines"),
-           "ASEARCHER_CPU_FIT_SECONDS": str(args.fit_s)}
-    sets = [f"openrlhf.actor.model_name_or_path={model}", f"openrlhf.data.prompt_dataset={prompts}",
-            f"agent.tools.local.urls=[{kb_url}]", "agent.tools.topk=1", "agent.tools.max_doc_chars=100",
-            f"agent.max_turns={args.max_turns}", "agent.max_new_tokens_per_turn=64", "agent.reward.format_factor=false",
-            f"openrlhf.data.max_len={args.max_len}", f"openrlhf.rollout.batch_size={args.batch}",
-            f"openrlhf.rollout.n_samples_per_prompt={args.n}", f"openrlhf.train.batch_size={args.batch * args.n}",
-            f"openrlhf.vllm.num_engines={args.engines}", f"openrlhf.train.async_queue_size={args.queue}",
-            f"scheduler.max_staleness={args.eta}", f"openrlhf.ckpt.path={out / 'ckpt'}",
-            f"openrlhf.ckpt.output_dir={out / 'final'}", f"scheduler.trace={out / 'trace.jsonl'}", *overrides]
+    workload = {
+        "max_turns": args.max_turns,
+        "turns_scale": args.scale,
+        "pareto_alpha": args.alpha,
+        "ms_per_token": args.ms_per_token,
+        "tokens_per_turn": args.tokens_per_turn,
+        "max_num_seqs": args.max_num_seqs,
+        "seed": args.seed,
+    }
+    env = {
+        **os.environ,
+        "ASEARCHER_CPU_WORKLOAD": json.dumps(workload),
+        "ASEARCHER_CPU_ENGINE_STATS": str(out / "engines"),
+        "ASEARCHER_CPU_FIT_SECONDS": str(args.fit_s),
+    }
+    sets = [
+        f"openrlhf.actor.model_name_or_path={model}",
+        f"openrlhf.data.prompt_dataset={prompts}",
+        f"agent.tools.local.urls=[{kb_url}]",
+        "agent.tools.topk=1",
+        "agent.tools.max_doc_chars=100",
+        f"agent.max_turns={args.max_turns}",
+        "agent.max_new_tokens_per_turn=64",
+        "agent.reward.format_factor=false",
+        f"openrlhf.data.max_len={args.max_len}",
+        f"openrlhf.rollout.batch_size={args.batch}",
+        f"openrlhf.rollout.n_samples_per_prompt={args.n}",
+        f"openrlhf.train.batch_size={args.batch * args.n}",
+        f"openrlhf.vllm.num_engines={args.engines}",
+        f"openrlhf.train.async_queue_size={args.queue}",
+        f"scheduler.max_staleness={args.eta}",
+        f"openrlhf.ckpt.path={out / 'ckpt'}",
+        f"openrlhf.ckpt.output_dir={out / 'final'}",
+        f"scheduler.trace={out / 'trace.jsonl'}",
+        *overrides,
+    ]
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
     started = time.time()
-    proc = subprocess.run([*cmd, *[x for s in sets for x in ("--set", s)]], capture_output=True, text=True, env=env,
-                          cwd=out)
+    proc = subprocess.run(
+        [*cmd, *[x for s in sets for x in ("--set", s)]], capture_output=True, text=True, env=env, cwd=out
+    )
     (out / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{name}: training failed, see {out / 'train.log'}")
@@ -65,17 +90,34 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     window = end - start
     trained = sum(exp["samples"] for fit in fits[1:] for exp in fit["experiences"])
     engines = list((out / "engines").glob("engine-*.jsonl"))
-    busy = sum(max(0.0, min(b, end) - max(a, start)) for path in engines
-               for a, b in (json.loads(line) for line in path.read_text().splitlines()))
-    staleness = [g["staleness"] for line in (out / "trace.jsonl").read_text().splitlines() if (out / "trace.jsonl").exists()
-                 for g in json.loads(line)["groups"]] if (out / "trace.jsonl").exists() else []
+    busy = sum(
+        max(0.0, min(b, end) - max(a, start))
+        for path in engines
+        for a, b in (json.loads(line) for line in path.read_text().splitlines())
+    )
+    staleness = (
+        [
+            g["staleness"]
+            for line in (out / "trace.jsonl").read_text().splitlines()
+            if (out / "trace.jsonl").exists()
+            for g in json.loads(line)["groups"]
+        ]
+        if (out / "trace.jsonl").exists()
+        else []
+    )
     turns = [t for fit in fits for exp in fit["experiences"] for t in exp["info"].get("turns", [])]
-    return {"steps": len(fits), "trained": trained, "window_s": window, "traj_per_s": trained / window,
-            "engine_idle": 1 - busy / (window * len(engines)) if engines and window else None,
-            "staleness_max": max(staleness, default=None),
-            "staleness_mean": statistics.mean(staleness) if staleness else None,
-            "turns_mean": statistics.mean(turns) if turns else None, "turns_max": max(turns, default=None),
-            "wall_s": time.time() - started}
+    return {
+        "steps": len(fits),
+        "trained": trained,
+        "window_s": window,
+        "traj_per_s": trained / window,
+        "engine_idle": 1 - busy / (window * len(engines)) if engines and window else None,
+        "staleness_max": max(staleness, default=None),
+        "staleness_mean": statistics.mean(staleness) if staleness else None,
+        "turns_mean": statistics.mean(turns) if turns else None,
+        "turns_max": max(turns, default=None),
+        "wall_s": time.time() - started,
+    }
 
 
 def main() -> None:
@@ -86,7 +128,12 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=2)
     ap.add_argument("--queue", type=int, default=1, help="train.async_queue_size")
     ap.add_argument("--eta", type=int, default=4, help="scheduler.max_staleness")
-    ap.add_argument("--fit-s", type=float, default=0.0, help="seconds added to each training step (the CPU update itself takes ~3 s)")
+    ap.add_argument(
+        "--fit-s",
+        type=float,
+        default=0.0,
+        help="seconds added to each training step (the CPU update itself takes ~3 s)",
+    )
     ap.add_argument("--max-turns", type=int, default=64)
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
@@ -108,9 +155,18 @@ def main() -> None:
     kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
     questions = load_sample_questions()
     prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"question": questions[i % len(questions)]["question"] + f" ({i})",
-                                           "golden_answers": questions[i % len(questions)]["golden_answers"]}) + "\n"
-                               for i in range(args.prompts)))
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "question": questions[i % len(questions)]["question"] + f" ({i})",
+                    "golden_answers": questions[i % len(questions)]["golden_answers"],
+                }
+            )
+            + "\n"
+            for i in range(args.prompts)
+        )
+    )
     server = start_server(kb, 5123, "bm25")
     try:
         wait_healthy("http://127.0.0.1:5123", server)
@@ -123,20 +179,47 @@ def main() -> None:
         server.terminate()
     base = results["OpenRLHF async"]["traj_per_s"]
     fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
-    rows = [[name, f"{r['traj_per_s']:.2f}", f"{r['traj_per_s'] / base:.2f}x", fmt(r["engine_idle"], ".0%"),
-             fmt(r["staleness_max"], "d"), fmt(r["staleness_mean"], ".2f"), r["steps"], f"{r['wall_s']:.0f}"]
-            for name, r in results.items()]
-    note = (f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} engines, B={args.batch} "
-            f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size={args.queue}, eta={args.eta}; "
-            f"scripted scheduling workload: 1-{args.max_turns} turns per trajectory (Pareto scale {args.scale}, alpha "
-            f"{args.alpha}), real KB "
-            f"searches, {args.ms_per_token:.0f} ms/token; "
-            "a training step is the CPU policy actor's real update of the tiny "
-            f"model (about 3 s with experience making){f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
-            "idle are measured between the first and last update")
-    print(publish("openrlhf_cpu", ["mode", "trajectories/s", "vs OpenRLHF async", "engine idle", "max staleness",
-                                   "mean staleness", "steps", "wall s"], rows, note,
-                  {"args": vars(args), "results": results}))
+    rows = [
+        [
+            name,
+            f"{r['traj_per_s']:.2f}",
+            f"{r['traj_per_s'] / base:.2f}x",
+            fmt(r["engine_idle"], ".0%"),
+            fmt(r["staleness_max"], "d"),
+            fmt(r["staleness_mean"], ".2f"),
+            r["steps"],
+            f"{r['wall_s']:.0f}",
+        ]
+        for name, r in results.items()
+    ]
+    note = (
+        f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} engines, B={args.batch} "
+        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size={args.queue}, eta={args.eta}; "
+        f"scripted scheduling workload: 1-{args.max_turns} turns per trajectory (Pareto scale {args.scale}, alpha "
+        f"{args.alpha}), real KB "
+        f"searches, {args.ms_per_token:.0f} ms/token; "
+        "a training step is the CPU policy actor's real update of the tiny "
+        f"model (about 3 s with experience making){f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
+        "idle are measured between the first and last update"
+    )
+    print(
+        publish(
+            "openrlhf_cpu",
+            [
+                "mode",
+                "trajectories/s",
+                "vs OpenRLHF async",
+                "engine idle",
+                "max staleness",
+                "mean staleness",
+                "steps",
+                "wall s",
+            ],
+            rows,
+            note,
+            {"args": vars(args), "results": results},
+        )
+    )
 
 
 if __name__ == "__main__":

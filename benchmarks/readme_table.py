@@ -29,7 +29,9 @@ def publish(name: str, header: list[str], rows: list[list], note: str, payload: 
     table = markdown_table(header, rows)
     body = f"{table}\n\n{note} ({machine()}, {date.today().isoformat()}; `python benchmarks/{name}.py`)"
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-    (ROOT / "benchmarks" / "results" / f"{name}.json").write_text(json.dumps({**payload, "machine": machine()}, indent=2))
+    (ROOT / "benchmarks" / "results" / f"{name}.json").write_text(
+        json.dumps({**payload, "machine": machine()}, indent=2)
+    )
     readme = ROOT / "README.md"
     text = readme.read_text()
     block = f"<!-- bench:{name} -->\n{body}\n<!-- /bench:{name} -->"

@@ -38,14 +38,15 @@ async def run(mode: str, actors, prompts, args, params) -> dict:
     start, done, staleness = time.monotonic(), 0, []
     if mode == "batch-synchronous":
         for step in range(args.steps):
-            batch = prompts[step * args.batch:(step + 1) * args.batch]
+            batch = prompts[step * args.batch : (step + 1) * args.batch]
             groups = await asyncio.gather(*(run_group(p) for p in batch))
             done += sum(len(g) for g in groups)
             staleness += [0] * len(groups)
             await asyncio.sleep(args.train_s)
     else:
-        sched = StreamingScheduler(run_group, iter(prompts), batch_size=args.batch, max_concurrent=args.max_concurrent,
-                                   max_staleness=args.eta)
+        sched = StreamingScheduler(
+            run_group, iter(prompts), batch_size=args.batch, max_concurrent=args.max_concurrent, max_staleness=args.eta
+        )
         for step in range(args.steps):
             batch = await sched.next_batch()
             done += sum(len(g.samples) for g in batch)
@@ -56,8 +57,13 @@ async def run(mode: str, actors, prompts, args, params) -> dict:
     seconds = time.monotonic() - start
     stop.set()
     await poller
-    return {"trajectories": done, "seconds": seconds, "traj_per_s": done / seconds,
-            "engine_idle": sum(idle) / max(1, len(idle)), "max_staleness": max(staleness)}
+    return {
+        "trajectories": done,
+        "seconds": seconds,
+        "traj_per_s": done / seconds,
+        "engine_idle": sum(idle) / max(1, len(idle)),
+        "max_staleness": max(staleness),
+    }
 
 
 def main() -> None:
@@ -87,25 +93,49 @@ def main() -> None:
     wait_healthy("http://127.0.0.1:5121", server)
     ray.init(num_cpus=args.engines, include_dashboard=False, log_to_driver=False)
     try:
-        agent = {"agent_type": "asearcher", "max_turns": args.max_turns, "max_new_tokens_per_turn": 48,
-                 "tools": {"local": {"urls": ["http://127.0.0.1:5121"]}}}
+        agent = {
+            "agent_type": "asearcher",
+            "max_turns": args.max_turns,
+            "max_new_tokens_per_turn": 48,
+            "tools": {"local": {"urls": ["http://127.0.0.1:5121"]}},
+        }
         actors = [_actor_class().remote(str(model), agent, seed=i) for i in range(args.engines)]
         ray.get([a.get_num_unfinished_requests.remote() for a in actors])  # models loaded
         prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
         params = SamplingParams(temperature=1.0, max_tokens=None, logprobs=1)
-        results = {mode: asyncio.run(run(mode, actors, prompts, args, params)) for mode in ("batch-synchronous", "streaming")}
+        results = {
+            mode: asyncio.run(run(mode, actors, prompts, args, params)) for mode in ("batch-synchronous", "streaming")
+        }
     finally:
         ray.shutdown()
         server.terminate()
     base = results["batch-synchronous"]["traj_per_s"]
-    rows = [[m, f"{r['traj_per_s']:.3f}", f"{r['traj_per_s'] / base:.2f}x", f"{r['engine_idle']:.0%}", r["max_staleness"],
-             f"{r['seconds']:.0f}"] for m, r in results.items()]
-    note = (f"real HFEngine actors on Ray (CPU), tiny random Qwen2 model, sample KB over HTTP: {args.engines} engines, "
-            f"B={args.batch} groups of n={args.n}, {args.steps} steps, a {args.train_s:.0f} s sleep standing in for each "
-            f"trainer step, eta={args.eta}. The tiny model runs every trajectory to {args.max_turns} turns, so lengths "
-            "barely differ: the gain here is generation overlapping the trainer step, not straggler hiding")
-    print(publish("scheduler_ray", ["mode", "trajectories/s", "vs batch-sync", "engine idle", "max staleness", "seconds"],
-                  rows, note, {"args": vars(args), "results": results}))
+    rows = [
+        [
+            m,
+            f"{r['traj_per_s']:.3f}",
+            f"{r['traj_per_s'] / base:.2f}x",
+            f"{r['engine_idle']:.0%}",
+            r["max_staleness"],
+            f"{r['seconds']:.0f}",
+        ]
+        for m, r in results.items()
+    ]
+    note = (
+        f"real HFEngine actors on Ray (CPU), tiny random Qwen2 model, sample KB over HTTP: {args.engines} engines, "
+        f"B={args.batch} groups of n={args.n}, {args.steps} steps, a {args.train_s:.0f} s sleep standing in for each "
+        f"trainer step, eta={args.eta}. The tiny model runs every trajectory to {args.max_turns} turns, so lengths "
+        "barely differ: the gain here is generation overlapping the trainer step, not straggler hiding"
+    )
+    print(
+        publish(
+            "scheduler_ray",
+            ["mode", "trajectories/s", "vs batch-sync", "engine idle", "max staleness", "seconds"],
+            rows,
+            note,
+            {"args": vars(args), "results": results},
+        )
+    )
 
 
 if __name__ == "__main__":

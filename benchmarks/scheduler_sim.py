@@ -119,7 +119,7 @@ async def run_group(fleet: Fleet, group) -> list:
 
 async def mode_sync(fleet, data, args, log):
     for step in range(args.steps):
-        batch = data[step * args.batch:(step + 1) * args.batch]
+        batch = data[step * args.batch : (step + 1) * args.batch]
         await asyncio.gather(*(run_group(fleet, g) for g in batch))
         log.append({"t": fleet.now(), "staleness": [0] * len(batch), "turns": [len(t) for g in batch for t in g]})
         await asyncio.sleep(args.train_s)
@@ -134,7 +134,7 @@ async def mode_openrlhf_async(fleet, data, args, log):
     async def generator():
         for step in range(args.steps):
             started = await slots.get()
-            batch = data[step * args.batch:(step + 1) * args.batch]
+            batch = data[step * args.batch : (step + 1) * args.batch]
             await asyncio.gather(*(run_group(fleet, g) for g in batch))
             await queue.put((batch, started))
 
@@ -142,8 +142,13 @@ async def mode_openrlhf_async(fleet, data, args, log):
     for _ in range(args.steps):
         batch, started = await queue.get()
         slots.put_nowait(version["v"])
-        log.append({"t": fleet.now(), "staleness": [version["v"] - started] * len(batch),
-                    "turns": [len(t) for g in batch for t in g]})
+        log.append(
+            {
+                "t": fleet.now(),
+                "staleness": [version["v"] - started] * len(batch),
+                "turns": [len(t) for g in batch for t in g],
+            }
+        )
         await asyncio.sleep(args.train_s)
         await fleet.broadcast(args.sync_s)
         version["v"] += 1
@@ -151,17 +156,27 @@ async def mode_openrlhf_async(fleet, data, args, log):
 
 
 async def mode_streaming(fleet, data, args, log, eta: int, on_stale: str):
-    sched = StreamingScheduler(lambda g: run_group(fleet, g), iter(data), batch_size=args.batch,
-                               max_concurrent=args.max_concurrent or (eta + 1) * args.batch, max_staleness=eta,
-                               on_stale=on_stale)
+    sched = StreamingScheduler(
+        lambda g: run_group(fleet, g),
+        iter(data),
+        batch_size=args.batch,
+        max_concurrent=args.max_concurrent or (eta + 1) * args.batch,
+        max_staleness=eta,
+        on_stale=on_stale,
+    )
     step = 0
     while True:
         try:
             batch = await sched.next_batch()
         except EOFError:
             break
-        log.append({"t": fleet.now(), "staleness": [sched.version - g.admitted_version for g in batch],
-                    "turns": [t for g in batch for t in g.samples]})
+        log.append(
+            {
+                "t": fleet.now(),
+                "staleness": [sched.version - g.admitted_version for g in batch],
+                "turns": [t for g in batch for t in g.samples],
+            }
+        )
         await asyncio.sleep(args.train_s)
         await fleet.broadcast(args.sync_s)
         step += 1
@@ -187,10 +202,19 @@ def run_mode(mode, data, args):
     trajectories = len(turns)
     idle = idle_fraction(fleet.timeline, fleet.pauses, args.engines, end)
     staleness = [s for x in log for s in x["staleness"]]
-    return {"seconds": end, "trajectories": trajectories, "traj_per_s": trajectories / end, "engine_idle": idle,
-            "staleness_max": max(staleness), "staleness_mean": float(np.mean(staleness)),
-            "staleness_hist": np.bincount(staleness).tolist(), "timeline": fleet.timeline, "stats": extra,
-            "long_share": float(np.mean([t >= LONG_TURNS for t in turns])), "mean_turns": float(np.mean(turns))}
+    return {
+        "seconds": end,
+        "trajectories": trajectories,
+        "traj_per_s": trajectories / end,
+        "engine_idle": idle,
+        "staleness_max": max(staleness),
+        "staleness_mean": float(np.mean(staleness)),
+        "staleness_hist": np.bincount(staleness).tolist(),
+        "timeline": fleet.timeline,
+        "stats": extra,
+        "long_share": float(np.mean([t >= LONG_TURNS for t in turns])),
+        "mean_turns": float(np.mean(turns)),
+    }
 
 
 def idle_fraction(timeline, pauses, engines: int, end: float) -> float:
@@ -248,7 +272,9 @@ def main() -> None:
     ap.add_argument("--train-s", type=float, default=60.0)
     ap.add_argument("--sync-s", type=float, default=5.0)
     ap.add_argument("--eta", type=int, nargs="+", default=[4], help="staleness bounds of the streaming scheduler")
-    ap.add_argument("--max-concurrent", type=int, default=None, help="groups in flight (streaming); default (eta+1) x B")
+    ap.add_argument(
+        "--max-concurrent", type=int, default=None, help="groups in flight (streaming); default (eta+1) x B"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     data = workload(args.seed, args.batch * args.steps, args.n)
@@ -258,29 +284,66 @@ def main() -> None:
         modes[f"(c) streaming (ours), keep, eta={eta}"] = partial(mode_streaming, eta=eta, on_stale="keep")
         modes[f"(d) streaming (ours), restart, eta={eta}"] = partial(mode_streaming, eta=eta, on_stale="restart")
     results = {name: run_mode(fn, data, args) for name, fn in modes.items()}
-    base_a, base_b = results["(a) batch-synchronous"]["traj_per_s"], results["(b) OpenRLHF async + partial rollout"]["traj_per_s"]
+    base_a, base_b = (
+        results["(a) batch-synchronous"]["traj_per_s"],
+        results["(b) OpenRLHF async + partial rollout"]["traj_per_s"],
+    )
     rows = []
     for name, r in results.items():
-        rows.append([name, f"{r['traj_per_s']:.3f}", f"{r['traj_per_s'] / base_a:.2f}x", f"{r['traj_per_s'] / base_b:.2f}x",
-                     f"{r['engine_idle']:.1%}", r["staleness_max"], f"{r['staleness_mean']:.2f}", f"{r['long_share']:.1%}",
-                     f"{r['long_share'] / workload_long:.0%}", r["stats"].get("stale_dropped", 0) if r["stats"] else 0,
-                     f"{r['seconds']:.0f}"])
+        rows.append(
+            [
+                name,
+                f"{r['traj_per_s']:.3f}",
+                f"{r['traj_per_s'] / base_a:.2f}x",
+                f"{r['traj_per_s'] / base_b:.2f}x",
+                f"{r['engine_idle']:.1%}",
+                r["staleness_max"],
+                f"{r['staleness_mean']:.2f}",
+                f"{r['long_share']:.1%}",
+                f"{r['long_share'] / workload_long:.0%}",
+                r["stats"].get("stale_dropped", 0) if r["stats"] else 0,
+                f"{r['seconds']:.0f}",
+            ]
+        )
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     plot(results, args, out / "scheduler_timeline.png")
-    note = (f"simulated, virtual time: {args.engines} engines x {args.slots} slots, {args.tok_s * 1000:.0f} ms/token, "
-            f"B={args.batch} groups of n={args.n}, {args.steps} steps drained to the end, trainer step "
-            f"{args.train_s:.0f} s + {args.sync_s:.0f} s weight sync; streaming: (eta + 1) x B groups may be in flight. "
-            "Staleness = policy versions between a group's admission and the update that uses it. "
-            f"Long share = consumed trajectories of {LONG_TURNS}+ turns; \"of workload\" compares it with the "
-            f"{workload_long:.1%} the workload has. Keep (the default) never stops a running group, so it consumes "
-            "the whole tail, a few versions late (reported as staleness, corrected by IS weights); restart bounds "
-            "staleness by eta and pays with the long trajectories it restarts and drops. "
-            "Timelines: benchmarks/results/scheduler_timeline.png")
-    payload = {"args": vars(args), "results": {k: {kk: vv for kk, vv in v.items() if kk != "timeline"} for k, v in results.items()}}
-    print(publish("scheduler_sim", ["mode", "trajectories/s", "vs (a)", "vs (b)", "engine idle", "max staleness",
-                                    "mean staleness", "long share", "of workload", "groups dropped", "simulated s"],
-                  rows, note, payload))
+    note = (
+        f"simulated, virtual time: {args.engines} engines x {args.slots} slots, {args.tok_s * 1000:.0f} ms/token, "
+        f"B={args.batch} groups of n={args.n}, {args.steps} steps drained to the end, trainer step "
+        f"{args.train_s:.0f} s + {args.sync_s:.0f} s weight sync; streaming: (eta + 1) x B groups may be in flight. "
+        "Staleness = policy versions between a group's admission and the update that uses it. "
+        f'Long share = consumed trajectories of {LONG_TURNS}+ turns; "of workload" compares it with the '
+        f"{workload_long:.1%} the workload has. Keep (the default) never stops a running group, so it consumes "
+        "the whole tail, a few versions late (reported as staleness, corrected by IS weights); restart bounds "
+        "staleness by eta and pays with the long trajectories it restarts and drops. "
+        "Timelines: benchmarks/results/scheduler_timeline.png"
+    )
+    payload = {
+        "args": vars(args),
+        "results": {k: {kk: vv for kk, vv in v.items() if kk != "timeline"} for k, v in results.items()},
+    }
+    print(
+        publish(
+            "scheduler_sim",
+            [
+                "mode",
+                "trajectories/s",
+                "vs (a)",
+                "vs (b)",
+                "engine idle",
+                "max staleness",
+                "mean staleness",
+                "long share",
+                "of workload",
+                "groups dropped",
+                "simulated s",
+            ],
+            rows,
+            note,
+            payload,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def make_kb(out: Path, passages: int, factory: str) -> Path:
         x /= np.linalg.norm(x, axis=1, keepdims=True)
         index.add(x)
     faiss.write_index(index, str(out.parent / f"index_{passages}.faiss"))
-    build_kb(corpus, out, opts=BuildOptions(bm25=False, import_faiss=out.parent / f"index_{passages}.faiss", force=True))
+    build_kb(
+        corpus, out, opts=BuildOptions(bm25=False, import_faiss=out.parent / f"index_{passages}.faiss", force=True)
+    )
     return out
 
 
@@ -83,12 +85,19 @@ async def load(url: str, clients: int, seconds: float, queries: list[str]) -> di
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=120)) as http:
         await asyncio.gather(*(client(c, http) for c in range(clients)))
     lat = np.array(latencies) * 1000
-    return {"queries": len(lat), "errors": errors, "qps": len(lat) / seconds,
-            "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))}
+    return {
+        "queries": len(lat),
+        "errors": errors,
+        "qps": len(lat) / seconds,
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+    }
 
 
 def run_server(cmd: list[str], url: str, clients: int, seconds: float, queries: list[str]) -> dict:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     try:
         wait_healthy(url, proc, timeout=300)
         asyncio.run(load(url, clients, 3, queries))  # warm-up
@@ -122,23 +131,67 @@ def main() -> None:
         manifest = Manifest.load(kb)
         index_mb = Path(manifest.dense_index).stat().st_size / 2**20
         corpus_mb = Path(manifest.corpus).stat().st_size / 2**20
-        ours = run_server([py, "-m", "local_retriever.cli", "serve", str(kb), "--port", "5107", *flags],
-                          "http://127.0.0.1:5107", args.clients, args.seconds, queries)
-        base = run_server([py, str(ROOT / "benchmarks" / "baseline_server.py"), str(kb), "--port", "5108", *flags],
-                          "http://127.0.0.1:5108", args.clients, args.seconds, queries)
+        ours = run_server(
+            [py, "-m", "local_retriever.cli", "serve", str(kb), "--port", "5107", *flags],
+            "http://127.0.0.1:5107",
+            args.clients,
+            args.seconds,
+            queries,
+        )
+        base = run_server(
+            [py, str(ROOT / "benchmarks" / "baseline_server.py"), str(kb), "--port", "5108", *flags],
+            "http://127.0.0.1:5108",
+            args.clients,
+            args.seconds,
+            queries,
+        )
         ratio = ours["qps"] / base["qps"]
-        payload["configs"][name] = {"ours": ours, "baseline": base, "ratio": ratio, "index_mb": index_mb, "corpus_mb": corpus_mb}
+        payload["configs"][name] = {
+            "ours": ours,
+            "baseline": base,
+            "ratio": ratio,
+            "index_mb": index_mb,
+            "corpus_mb": corpus_mb,
+        }
         for label, r in (("ours (micro-batched)", ours), ("baseline (global lock)", base)):
-            rows.append([name, label, f"{r['qps']:.1f}", f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", r["errors"],
-                         f"{r['rss_mb']:.0f}", f"{index_mb:.0f} / {corpus_mb:.0f}"])
+            rows.append(
+                [
+                    name,
+                    label,
+                    f"{r['qps']:.1f}",
+                    f"{r['p50_ms']:.0f}",
+                    f"{r['p99_ms']:.0f}",
+                    r["errors"],
+                    f"{r['rss_mb']:.0f}",
+                    f"{index_mb:.0f} / {corpus_mb:.0f}",
+                ]
+            )
         rows.append([name, "**ratio ours / baseline**", f"**{ratio:.1f}x**", "", "", "", "", ""])
-    note = (f"{args.clients} concurrent clients sending single-query requests (topk 5) "
-            f"for {args.seconds:.0f} s per server, "
-            f"{args.passages:,} passages, all-MiniLM-L6-v2 on CPU; the baseline searches each request alone under one "
-            "global lock, as ASearcher's server does, on the same index and encoder; RSS = server resident memory after "
-            "the run; the corpus file stays on disk and is read by offset")
-    print(publish("server_throughput", ["index / encoder", "server", "queries/s", "p50 ms", "p99 ms", "errors", "RSS MB",
-                                        "index / corpus file MB"], rows, note, payload))
+    note = (
+        f"{args.clients} concurrent clients sending single-query requests (topk 5) "
+        f"for {args.seconds:.0f} s per server, "
+        f"{args.passages:,} passages, all-MiniLM-L6-v2 on CPU; the baseline searches each request alone under one "
+        "global lock, as ASearcher's server does, on the same index and encoder; RSS = server resident memory after "
+        "the run; the corpus file stays on disk and is read by offset"
+    )
+    print(
+        publish(
+            "server_throughput",
+            [
+                "index / encoder",
+                "server",
+                "queries/s",
+                "p50 ms",
+                "p99 ms",
+                "errors",
+                "RSS MB",
+                "index / corpus file MB",
+            ],
+            rows,
+            note,
+            payload,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ def _serve(port: int, seeds_file: str, delay: float) -> None:
     from data_synth.scripted_chat import ScriptedChat
 
     gold = {json.loads(line)["question"]: json.loads(line)["answer"] for line in open(seeds_file)}
-    uvicorn.run(ScriptedChat(gold=gold, delay=delay).app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        ScriptedChat(gold=gold, delay=delay).app, host="127.0.0.1", port=port, log_level="warning", access_log=False
+    )
 
 
 def main() -> None:
@@ -55,15 +57,24 @@ def main() -> None:
 
     ensure_sample_kb(KB)
     questions = load_sample_questions()
-    seeds = [{"id": q["id"], "question": q["question"], "answer": q["golden_answers"][0], "aliases": q["golden_answers"][1:]}
-             for q in questions[: args.seeds]]
+    seeds = [
+        {
+            "id": q["id"],
+            "question": q["question"],
+            "answer": q["golden_answers"][0],
+            "aliases": q["golden_answers"][1:],
+        }
+        for q in questions[: args.seeds]
+    ]
     work = Path(tempfile.mkdtemp())
     seeds_file = work / "seeds.jsonl"
     seeds_file.write_text("".join(json.dumps(s) + "\n" for s in seeds))
     kb_port, llm_port = free_port(), free_port()
     kb_url, llm_url = f"http://127.0.0.1:{kb_port}", f"http://127.0.0.1:{llm_port}"
     kb = start_server(KB, kb_port, "hybrid")
-    llm = subprocess.Popen([sys.executable, __file__, "--serve", str(llm_port), str(seeds_file), "--delay", str(args.delay)])
+    llm = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(llm_port), str(seeds_file), "--delay", str(args.delay)]
+    )
     rows, payload = [], {}
     try:
         wait_healthy(kb_url, kb)
@@ -71,8 +82,17 @@ def main() -> None:
         base = None
         for conc in (1, 8, 32):
             n = 8 if conc == 1 else args.seeds
-            cfg = load_synth_config(None, {"generator.base_urls": [llm_url + "/v1"], "judge.base_urls": [llm_url + "/v1"],
-                                           "tools.local.urls": [kb_url], "k": 4, "rounds": 4, "concurrency": conc})
+            cfg = load_synth_config(
+                None,
+                {
+                    "generator.base_urls": [llm_url + "/v1"],
+                    "judge.base_urls": [llm_url + "/v1"],
+                    "tools.local.urls": [kb_url],
+                    "k": 4,
+                    "rounds": 4,
+                    "concurrency": conc,
+                },
+            )
             out = work / f"c{conc}"
             start = time.perf_counter()
             stats = run_synth(seeds[:n], cfg, out, progress=False)
@@ -80,18 +100,32 @@ def main() -> None:
             calls = sum(v["calls"] for v in stats["tokens"]["by_stage"].values())
             rate = n / seconds * 60
             base = base or rate
-            payload[conc] = {"seeds": n, "seconds": seconds, "seeds_per_min": rate, "calls": calls,
-                             "emitted": stats["emitted"]}
+            payload[conc] = {
+                "seeds": n,
+                "seconds": seconds,
+                "seeds_per_min": rate,
+                "calls": calls,
+                "emitted": stats["emitted"],
+            }
             rows.append([conc, n, calls, stats["emitted"], f"{seconds:.1f}", f"{rate:.1f}", f"{rate / base:.1f}x"])
     finally:
         llm.terminate()
         kb.terminate()
         shutil.rmtree(work)
-    note = (f"every chat call answers after {args.delay * 1000:.0f} ms (scripted server, own process); injection "
-            "searches go to the sample KB server (hybrid, own process); k = 4 tool-free answers, up to 4 rounds; "
-            "all on the same 2 cores")
-    print(publish("synth_throughput", ["seeds in flight", "seeds", "model calls", "emitted", "seconds", "seeds/min",
-                                       "speed-up"], rows, note, payload))
+    note = (
+        f"every chat call answers after {args.delay * 1000:.0f} ms (scripted server, own process); injection "
+        "searches go to the sample KB server (hybrid, own process); k = 4 tool-free answers, up to 4 rounds; "
+        "all on the same 2 cores"
+    )
+    print(
+        publish(
+            "synth_throughput",
+            ["seeds in flight", "seeds", "model calls", "emitted", "seconds", "seeds/min", "speed-up"],
+            rows,
+            note,
+            payload,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 
@@ -39,7 +39,7 @@ class Usage:
     completion_tokens: int = 0
     estimated: int = 0  # calls whose server reported no usage: counted as characters / 4
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
@@ -60,15 +60,16 @@ class UsageLog:
 
 
 class ChatClient:
-    def __init__(self, role: str, cfg: EndpointConfig, usage: UsageLog | None = None,
-                 http: httpx.AsyncClient | None = None):
+    def __init__(
+        self, role: str, cfg: EndpointConfig, usage: UsageLog | None = None, http: httpx.AsyncClient | None = None
+    ):
         self.role, self.cfg = role, cfg
         # One client per endpoint, shared by every item: a dead URL is skipped by all of them for a while.
         self._endpoint = cfg.client(f"{role} endpoint", http=http, cooldown=COOLDOWN_S)
         self.urls = self._endpoint.urls
         self.usage = usage or UsageLog()
 
-    def for_item(self, usage: UsageLog) -> "ChatClient":
+    def for_item(self, usage: UsageLog) -> ChatClient:
         """The same endpoint and connection pool, counting tokens into `usage`."""
         clone = object.__new__(ChatClient)
         clone.__dict__.update(self.__dict__, usage=usage)
@@ -77,7 +78,9 @@ class ChatClient:
     async def aclose(self) -> None:
         await self._endpoint.aclose()
 
-    async def complete(self, messages: list[dict], stage: str, n: int = 1, temperature: float | None = None) -> list[str]:
+    async def complete(
+        self, messages: list[dict], stage: str, n: int = 1, temperature: float | None = None
+    ) -> list[str]:
         """`n` reply texts to `messages`; servers that return fewer choices are asked again."""
         texts: list[str] = []
         while len(texts) < n:
@@ -85,18 +88,26 @@ class ChatClient:
         return texts[:n]
 
     async def _request(self, messages: list[dict], stage: str, n: int, temperature: float | None) -> list[str]:
-        body = {"model": self.cfg.model, "messages": messages, "n": n, "max_tokens": self.cfg.max_tokens,
-                "temperature": self.cfg.temperature if temperature is None else temperature, "top_p": self.cfg.top_p}
+        body = {
+            "model": self.cfg.model,
+            "messages": messages,
+            "n": n,
+            "max_tokens": self.cfg.max_tokens,
+            "temperature": self.cfg.temperature if temperature is None else temperature,
+            "top_p": self.cfg.top_p,
+        }
         data = await self._endpoint.post_json("/chat/completions", body)
         choices = data.get("choices") if isinstance(data, dict) else None
-        texts = [((c.get("message") or {}).get("content") or "") if isinstance(c, dict) else ""
-                 for c in (choices if isinstance(choices, list) else [])]
+        texts = [
+            ((c.get("message") or {}).get("content") or "") if isinstance(c, dict) else ""
+            for c in (choices if isinstance(choices, list) else [])
+        ]
         if not texts:
             raise BadOutput("no choices", f"{self.role} reply had no choices")
         self._account(stage, messages, texts, data.get("usage"))
         return texts
 
-    def endpoint(self, stage: str) -> "_Counted":
+    def endpoint(self, stage: str) -> _Counted:
         """This endpoint as a `post_json(path, payload, check)` client (for the shared judge), counting tokens."""
         return _Counted(self, stage)
 
@@ -108,8 +119,14 @@ class ChatClient:
             u = Usage(1, chars // 4, sum(len(t) for t in texts) // 4, estimated=1)
         self.usage.record(f"{self.role}/{stage}", u)
 
-    async def ask_json(self, prompt: str, stage: str, fields: dict[str, type],
-                       check: Callable[[dict], None] | None = None, retries: int = 2) -> dict:
+    async def ask_json(
+        self,
+        prompt: str,
+        stage: str,
+        fields: dict[str, type],
+        check: Callable[[dict], None] | None = None,
+        retries: int = 2,
+    ) -> dict:
         """A JSON object with `fields` (name -> type) that passes `check` (which raises BadOutput)."""
         messages = [{"role": "user", "content": prompt}]
         last = BadOutput("no reply")
@@ -124,7 +141,11 @@ class ChatClient:
                 last = exc
                 messages = messages[:1] + [
                     {"role": "assistant", "content": _THINK.sub("", text).strip()[-4000:]},
-                    {"role": "user", "content": f"Your reply was rejected ({exc}). Reply again with the JSON object only."}]
+                    {
+                        "role": "user",
+                        "content": f"Your reply was rejected ({exc}). Reply again with the JSON object only.",
+                    },
+                ]
         raise last
 
 
@@ -135,10 +156,14 @@ class _Counted:
     async def post_json(self, path: str, payload: dict, check: Callable | None = None):
         def counted(data):
             choices = data.get("choices") if isinstance(data, dict) else None
-            texts = [str(((c.get("message") or {}).get("content")) or "") for c in choices or []
-                     if isinstance(c, dict) and isinstance(c.get("message") or {}, dict)]
-            self.chat._account(self.stage, payload["messages"], texts,
-                               data.get("usage") if isinstance(data, dict) else None)
+            texts = [
+                str(((c.get("message") or {}).get("content")) or "")
+                for c in choices or []
+                if isinstance(c, dict) and isinstance(c.get("message") or {}, dict)
+            ]
+            self.chat._account(
+                self.stage, payload["messages"], texts, data.get("usage") if isinstance(data, dict) else None
+            )
             return check(data) if check else data
 
         return await self.chat._endpoint.post_json(path, payload, counted)

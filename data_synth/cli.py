@@ -38,8 +38,9 @@ def synth(
     generator_model: str = typer.Option(None, help="model name on the generator endpoint"),
     judge_url: list[str] = typer.Option([], help="judge endpoint base URL; repeatable, or comma-separated"),
     judge_model: str = typer.Option(None, help="model name on the judge endpoint"),
-    kb_url: list[str] = typer.Option([], help="knowledge-base server URL for injection searches; repeatable, or "
-                                              "comma-separated"),
+    kb_url: list[str] = typer.Option(
+        [], help="knowledge-base server URL for injection searches; repeatable, or comma-separated"
+    ),
     rounds: int = typer.Option(None, help="injection/fuzzing rounds per seed"),
     k: int = typer.Option(None, help="tool-free answers per difficulty check"),
     concurrency: int = typer.Option(None, help="seeds in flight (per Ray task with --ray-address)"),
@@ -60,9 +61,16 @@ def synth(
     if bool(seeds) == bool(kb_dir):
         typer.echo("error: give exactly one of --seeds or --kb-dir", err=True)
         raise typer.Exit(2)
-    flags = {"generator.base_urls": split_list(generator_url) or None, "generator.model": generator_model,
-             "judge.base_urls": split_list(judge_url) or None, "judge.model": judge_model,
-             "tools.local.urls": split_list(kb_url) or None, "rounds": rounds, "k": k, "concurrency": concurrency}
+    flags = {
+        "generator.base_urls": split_list(generator_url) or None,
+        "generator.model": generator_model,
+        "judge.base_urls": split_list(judge_url) or None,
+        "judge.model": judge_model,
+        "tools.local.urls": split_list(kb_url) or None,
+        "rounds": rounds,
+        "k": k,
+        "concurrency": concurrency,
+    }
     try:
         overrides = dict(parse_assignment(item, SynthConfigError) for item in set_)
         overrides.update({key: v for key, v in flags.items() if v is not None})
@@ -75,7 +83,7 @@ def synth(
             items = kb_page_seeds(kb_dir, pages)
     except (SynthConfigError, SeedError) as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     stats = run_synth(items[:limit] if limit else items, cfg, folder, ray_address)
     typer.echo((folder / "report.md").read_text())
     typer.echo(json.dumps({"emitted": stats["emitted"], "train": str(folder / "train.jsonl")}))

@@ -17,7 +17,7 @@ def minhash(text: str) -> MinHash:
     norm = normalize_answer(text)
     m = MinHash(num_perm=NUM_PERM)
     for i in range(max(1, len(norm) - 3)):
-        m.update(norm[i:i + 4].encode())
+        m.update(norm[i : i + 4].encode())
     return m
 
 

@@ -62,15 +62,20 @@ async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, re
         if "page" in seed:
             qa = await seed_from_page(gen, seed["page"], cfg)
         else:
-            qa = QA(seed["question"], seed["answer"], aliases=seed.get("aliases", []),
-                    facts=[f"{seed['question']} {seed['answer']}"])
+            qa = QA(
+                seed["question"],
+                seed["answer"],
+                aliases=seed.get("aliases", []),
+                facts=[f"{seed['question']} {seed['answer']}"],
+            )
         verdicts = await validate(ctx, gen, judge, qa)
     except BadOutput as exc:
         result.status, result.reason, result.detail = "dropped", f"seed: {exc.code}", exc.detail
         return
     result.seed = {"question": qa.question, "answer": qa.answer}
-    result.rounds.append(Round(0, "seed", "accepted" if verdicts["passed"] else "rejected", verdicts["reason"],
-                               qa.question, verdicts))
+    result.rounds.append(
+        Round(0, "seed", "accepted" if verdicts["passed"] else "rejected", verdicts["reason"], qa.question, verdicts)
+    )
     if not verdicts["passed"]:
         result.status, result.reason = "dropped", f"seed: {verdicts['reason']}"
         return
@@ -89,12 +94,13 @@ async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, re
             result.rounds.append(Round(r, action, "dropped", f"{action}: {code}", detail=str(exc)[:300]))
             continue
         accepted = verdicts["passed"]
-        result.rounds.append(Round(r, action, "accepted" if accepted else "rejected", verdicts["reason"],
-                                   candidate.question, verdicts))
+        result.rounds.append(
+            Round(r, action, "accepted" if accepted else "rejected", verdicts["reason"], candidate.question, verdicts)
+        )
         if accepted:
             qa, solve = candidate, verdicts["difficulty"]["solve_rate"]
             if solve <= cfg.max_solve_rate:
                 result.variants.append(Variant(qa, r, solve))
-    result.variants = result.variants[-cfg.max_variants_per_seed:]
+    result.variants = result.variants[-cfg.max_variants_per_seed :]
     result.status = "done" if result.variants else "dropped"
     result.reason = "" if result.variants else "never hard enough"

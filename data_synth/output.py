@@ -49,12 +49,22 @@ def training_row(result: SynthItem, variant: Variant, k: int) -> dict:
         "answer": qa.answer,
         "golden_answers": qa.golds(),
         "provenance": {
-            "seed_id": result.seed_id, "source": result.source,
+            "seed_id": result.seed_id,
+            "source": result.source,
             "seed_question": (result.seed or {}).get("question", ""),
-            "round": variant.round, "injections": qa.injections, "fuzzes": qa.fuzzes,
-            "solve_rate": variant.solve_rate, "k": k, "facts": qa.facts,
-            "evidence": [{key: e.get(key, "") for key in ("round", "entity", "query", "title", "url", "source", "quote", "fact")}
-                         for e in qa.evidence],
+            "round": variant.round,
+            "injections": qa.injections,
+            "fuzzes": qa.fuzzes,
+            "solve_rate": variant.solve_rate,
+            "k": k,
+            "facts": qa.facts,
+            "evidence": [
+                {
+                    key: e.get(key, "")
+                    for key in ("round", "entity", "query", "title", "url", "source", "quote", "fact")
+                }
+                for e in qa.evidence
+            ],
             "edits": qa.edits,
         },
     }

@@ -8,7 +8,7 @@ files like a local run.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from .config import SynthConfig
 
@@ -23,15 +23,21 @@ def _shard(run_items: RunItems, cfg_json: str, seeds: list[dict]) -> list:
     return results
 
 
-def run_on_ray(run_items: RunItems, cfg: SynthConfig, seeds: list[dict], address: str, shard_size: int,
-               on_results: Callable[[list], None]) -> None:
+def run_on_ray(
+    run_items: RunItems,
+    cfg: SynthConfig,
+    seeds: list[dict],
+    address: str,
+    shard_size: int,
+    on_results: Callable[[list], None],
+) -> None:
     import ray
 
     if not ray.is_initialized():
         ray.init(address=None if address == "local" else address, ignore_reinit_error=True, log_to_driver=False)
     task = ray.remote(num_cpus=1, max_retries=2)(_shard)
     cfg_json = cfg.model_dump_json()
-    pending = [task.remote(run_items, cfg_json, seeds[i:i + shard_size]) for i in range(0, len(seeds), shard_size)]
+    pending = [task.remote(run_items, cfg_json, seeds[i : i + shard_size]) for i in range(0, len(seeds), shard_size)]
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         on_results(ray.get(done[0]))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tqdm import tqdm
 
@@ -50,12 +50,20 @@ def _drop_duplicate_seeds(seeds: list[dict], cfg: SynthConfig, out: Output) -> l
         if dup is None:
             kept.append(s)
         elif s["id"] not in out.finished:
-            out.write(SynthItem(seed_id=s["id"], source="seed", status="dropped", reason="near-duplicate seed", detail=dup))
+            out.write(
+                SynthItem(seed_id=s["id"], source="seed", status="dropped", reason="near-duplicate seed", detail=dup)
+            )
     return kept
 
 
-def run_synth(seeds: list[dict], cfg: SynthConfig, out_dir: Path, ray_address: str | None = None,
-              shard_size: int = 32, progress: bool = True) -> dict:
+def run_synth(
+    seeds: list[dict],
+    cfg: SynthConfig,
+    out_dir: Path,
+    ray_address: str | None = None,
+    shard_size: int = 32,
+    progress: bool = True,
+) -> dict:
     out = Output(Path(out_dir), cfg)
     todo = [s for s in _drop_duplicate_seeds(seeds, cfg, out) if s["id"] not in out.finished]
     bar = tqdm(total=len(todo), desc="synth", unit=" seed", disable=not progress)

@@ -1,7 +1,8 @@
 """A local server speaking the OpenAI chat-completions wire format with scripted, prompt-driven replies.
 
 It plays both synthesis models, so `asearcher synth` runs offline: for demos, tests and benchmarks
-(`python -m data_synth.scripted_chat --port 8001`, then `--generator-url/--judge-url http://127.0.0.1:8001/v1`). Its rules are simple enough for tests to predict: injections add
+(`python -m data_synth.scripted_chat --port 8001`, then `--generator-url/--judge-url http://127.0.0.1:8001/v1`).
+Its rules are simple enough for tests to predict: injections add
 "(clue: ...)" clauses quoting a retrieved passage, fuzzing hides a year or a name, and the tool-free
 "strong model" knows the answer to a question with no clue, half the time with one, never with two.
 Markers in a question trigger failures: BADQUALITY, AMBIGUOUS, CHANGEANSWER. `faults` maps a task
@@ -32,8 +33,9 @@ def _sentences(text: str) -> list[str]:
 
 
 class ScriptedChat:
-    def __init__(self, faults: dict[str, list[str]] | None = None, gold: dict[str, str] | None = None,
-                 delay: float = 0.0):
+    def __init__(
+        self, faults: dict[str, list[str]] | None = None, gold: dict[str, str] | None = None, delay: float = 0.0
+    ):
         self.delay = delay  # seconds per call, as a served model would take
         self.faults = {k: list(v) for k, v in (faults or {}).items()}
         self.gold = dict(gold or {})  # question -> answer the "strong model" knows
@@ -63,10 +65,16 @@ class ScriptedChat:
             return JSONResponse({"error": "overloaded"}, status_code=503)
         texts = [fault] if fault is not None else [getattr(self, task)(prompt, i) for i in range(n)]
         used = sum(len(m["content"]) for m in messages) // 4
-        return {"id": "chat-1", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                            for i, t in enumerate(texts)],
-                "usage": {"prompt_tokens": used, "completion_tokens": sum(len(t) for t in texts) // 4}}
+        return {
+            "id": "chat-1",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+                for i, t in enumerate(texts)
+            ],
+            "usage": {"prompt_tokens": used, "completion_tokens": sum(len(t) for t in texts) // 4},
+        }
 
     def _remember(self, question: str, answer: str) -> str:
         with self.lock:
@@ -81,7 +89,8 @@ class ScriptedChat:
             if year:
                 clue = sentence.replace(year.group(1), "a certain year")
                 q = self._remember(f"According to the article on {title}, in what year: {clue}", year.group(1))
-                return f"<think>the page gives a year</think>{json.dumps({'question': q, 'answer': year.group(1), 'quote': sentence})}"
+                reply = json.dumps({"question": q, "answer": year.group(1), "quote": sentence})
+                return f"<think>the page gives a year</think>{reply}"
         return "I could not find anything."
 
     def plan_injection(self, prompt: str, _: int) -> str:
@@ -104,9 +113,22 @@ class ScriptedChat:
                     if "CHANGEANSWER" in question:
                         answer = "something else"
                     self._remember(new, answer)
-                    return "```json\n" + json.dumps({"passage": int(number), "quote": sentence, "fact": sentence,
-                                                     "question": new, "answer": answer}) + "\n```"
-        return json.dumps({"passage": 1, "quote": "nothing usable", "fact": "", "question": question, "answer": answer})
+                    return (
+                        "```json\n"
+                        + json.dumps(
+                            {
+                                "passage": int(number),
+                                "quote": sentence,
+                                "fact": sentence,
+                                "question": new,
+                                "answer": answer,
+                            }
+                        )
+                        + "\n```"
+                    )
+        return json.dumps(
+            {"passage": 1, "quote": "nothing usable", "fact": "", "question": question, "answer": answer}
+        )
 
     def fuzz(self, prompt: str, _: int) -> str:
         question, answer = _field(prompt, "Question"), _field(prompt, "Answer")
@@ -122,8 +144,15 @@ class ScriptedChat:
 
     def quality(self, prompt: str, _: int) -> str:
         ok = "BADQUALITY" not in _field(prompt, "Question")
-        return json.dumps({"fluent": ok, "self_contained": True, "time_anchored": True, "coherent": True,
-                           "reason": "reads well" if ok else "garbled"})
+        return json.dumps(
+            {
+                "fluent": ok,
+                "self_contained": True,
+                "time_anchored": True,
+                "coherent": True,
+                "reason": "reads well" if ok else "garbled",
+            }
+        )
 
     def direct_answer(self, prompt: str, i: int) -> str:
         question = _field(prompt, "Question")
@@ -156,8 +185,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds:
         with open(args.seeds, encoding="utf-8") as f:
             gold = {row["question"]: row["answer"] for row in map(json.loads, f) if "question" in row}
-    uvicorn.run(ScriptedChat(gold=gold, delay=args.delay).app, host="127.0.0.1", port=args.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(
+        ScriptedChat(gold=gold, delay=args.delay).app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":

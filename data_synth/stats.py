@@ -53,8 +53,11 @@ def _tokens(items: list[SynthItem], emitted: int) -> dict:
     for t in by_stage.values():
         total.update(t)
     per_emitted = round((total["prompt_tokens"] + total["completion_tokens"]) / emitted) if emitted else None
-    return {"total": dict(total), "per_emitted": per_emitted,
-            "by_stage": {k: dict(v) for k, v in sorted(by_stage.items())}}
+    return {
+        "total": dict(total),
+        "per_emitted": per_emitted,
+        "by_stage": {k: dict(v) for k, v in sorted(by_stage.items())},
+    }
 
 
 def compute_stats(out_dir: Path, max_solve_rate: float) -> dict:
@@ -70,10 +73,15 @@ def compute_stats(out_dir: Path, max_solve_rate: float) -> dict:
         "duplicates": sum(1 for i in items for v in i.variants if v.duplicate_of),
         "stages": stages,
         "drop_reasons": dict(reasons.most_common()),
-        "per_emitted": {"injections": _mean([p["injections"] for p in prov]), "fuzzes": _mean([p["fuzzes"] for p in prov]),
-                        "solve_rate": _mean([p["solve_rate"] for p in prov])},
-        "per_seed": {"accepted_injections": _mean([sum(r.action == "inject" for r in a) for a in accepted]),
-                     "accepted_fuzzes": _mean([sum(r.action == "fuzz" for r in a) for a in accepted])},
+        "per_emitted": {
+            "injections": _mean([p["injections"] for p in prov]),
+            "fuzzes": _mean([p["fuzzes"] for p in prov]),
+            "solve_rate": _mean([p["solve_rate"] for p in prov]),
+        },
+        "per_seed": {
+            "accepted_injections": _mean([sum(r.action == "inject" for r in a) for a in accepted]),
+            "accepted_fuzzes": _mean([sum(r.action == "fuzz" for r in a) for a in accepted]),
+        },
         "tokens": _tokens(items, len(train)),
         "seconds": round(sum(i.seconds for i in items), 1),
     }
@@ -81,26 +89,45 @@ def compute_stats(out_dir: Path, max_solve_rate: float) -> dict:
 
 def render_report(stats: dict) -> str:
     s = stats["seeds"]
-    lines = ["# Synthesis report", "",
-             f"Seeds finished: {s['finished']} (done {s.get('done', 0)}, dropped {s.get('dropped', 0)}); "
-             f"failed, to retry: {s.get('failed', 0)}. Questions emitted: **{stats['emitted']}** "
-             f"(near-duplicates removed: {stats['duplicates']}).", "",
-             "| stage | attempted | generated | quality passed | unique | accepted | hard enough |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Synthesis report",
+        "",
+        f"Seeds finished: {s['finished']} (done {s.get('done', 0)}, dropped {s.get('dropped', 0)}); "
+        f"failed, to retry: {s.get('failed', 0)}. Questions emitted: **{stats['emitted']}** "
+        f"(near-duplicates removed: {stats['duplicates']}).",
+        "",
+        "| stage | attempted | generated | quality passed | unique | accepted | hard enough |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, st in stats["stages"].items():
         lines.append(f"| {name} | " + " | ".join(str(st[k]) for k in STAGE_COLUMNS) + " |")
     pe, ps = stats["per_emitted"], stats["per_seed"]
-    lines += ["", f"Per emitted question: {pe['injections']} injections, {pe['fuzzes']} fuzzes, tool-free solve rate "
-              f"{pe['solve_rate']}. Accepted per seed: {ps['accepted_injections']} injections, {ps['accepted_fuzzes']} fuzzes.",
-              "", "| drop reason | count |", "|---|---|"]
+    lines += [
+        "",
+        f"Per emitted question: {pe['injections']} injections, {pe['fuzzes']} fuzzes, tool-free solve rate "
+        f"{pe['solve_rate']}. Accepted per seed: {ps['accepted_injections']} injections, "
+        f"{ps['accepted_fuzzes']} fuzzes.",
+        "",
+        "| drop reason | count |",
+        "|---|---|",
+    ]
     lines += [f"| {r} | {n} |" for r, n in stats["drop_reasons"].items()] or ["| (none) | 0 |"]
     t = stats["tokens"]
     lines += ["", "| tokens (endpoint/stage) | calls | prompt | completion |", "|---|---|---|---|"]
-    lines += [f"| {k} | {v.get('calls', 0)} | {v.get('prompt_tokens', 0)} | {v.get('completion_tokens', 0)} |"
-              for k, v in t["by_stage"].items()]
-    lines += ["", f"Tokens per emitted question: {t['per_emitted']}." +
-              (" Some servers reported no usage; those calls are estimated at 4 characters per token."
-               if t["total"].get("estimated") else ""), ""]
+    lines += [
+        f"| {k} | {v.get('calls', 0)} | {v.get('prompt_tokens', 0)} | {v.get('completion_tokens', 0)} |"
+        for k, v in t["by_stage"].items()
+    ]
+    lines += [
+        "",
+        f"Tokens per emitted question: {t['per_emitted']}."
+        + (
+            " Some servers reported no usage; those calls are estimated at 4 characters per token."
+            if t["total"].get("estimated")
+            else ""
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -49,11 +49,27 @@ async def seed_from_page(gen: ChatClient, page: dict, cfg) -> QA:
         if leaks(obj["answer"], obj["question"]):
             raise BadOutput("answer in question", obj["question"][:120])
 
-    obj = await gen.ask_json(prompts.SEED_FROM_PAGE.format(title=page["title"], text=text), "seed",
-                             {"question": str, "answer": str, "quote": str}, check, cfg.output_retries)
-    evidence = {"round": 0, "title": page["title"], "url": page.get("url", ""), "source": "page", "quote": obj["quote"]}
-    return QA(obj["question"].strip(), obj["answer"].strip(), facts=[obj["quote"].strip()], evidence=[evidence],
-              entities=[page["title"]])
+    obj = await gen.ask_json(
+        prompts.SEED_FROM_PAGE.format(title=page["title"], text=text),
+        "seed",
+        {"question": str, "answer": str, "quote": str},
+        check,
+        cfg.output_retries,
+    )
+    evidence = {
+        "round": 0,
+        "title": page["title"],
+        "url": page.get("url", ""),
+        "source": "page",
+        "quote": obj["quote"],
+    }
+    return QA(
+        obj["question"].strip(),
+        obj["answer"].strip(),
+        facts=[obj["quote"].strip()],
+        evidence=[evidence],
+        entities=[page["title"]],
+    )
 
 
 async def inject(gen: ChatClient, tools, qa: QA, round_: int, cfg) -> QA:
@@ -67,7 +83,11 @@ async def inject(gen: ChatClient, tools, qa: QA, round_: int, cfg) -> QA:
 
     plan = await gen.ask_json(
         prompts.PLAN_INJECTION.format(question=qa.question, answer=qa.answer, used=", ".join(qa.entities) or "none"),
-        "inject", {"entity": str, "query": str}, check_plan, cfg.output_retries)
+        "inject",
+        {"entity": str, "query": str},
+        check_plan,
+        cfg.output_retries,
+    )
     docs = await tools.search(plan["query"], cfg.search_topk)
     if not docs:
         raise ToolError(f"no results for {plan['query']!r}")
@@ -82,16 +102,36 @@ async def inject(gen: ChatClient, tools, qa: QA, round_: int, cfg) -> QA:
         _check_rewrite(qa, obj)
 
     obj = await gen.ask_json(
-        prompts.COMPOSE_INJECTION.format(entity=plan["entity"], question=qa.question, answer=qa.answer,
-                                         passages=prompts.numbered(shown, cfg.evidence_chars)),
-        "inject", {"passage": int, "quote": str, "fact": str, "question": str, "answer": str}, check,
-        cfg.output_retries)
+        prompts.COMPOSE_INJECTION.format(
+            entity=plan["entity"],
+            question=qa.question,
+            answer=qa.answer,
+            passages=prompts.numbered(shown, cfg.evidence_chars),
+        ),
+        "inject",
+        {"passage": int, "quote": str, "fact": str, "question": str, "answer": str},
+        check,
+        cfg.output_retries,
+    )
     doc = shown[obj["passage"] - 1]
-    evidence = {"round": round_, "entity": plan["entity"], "query": plan["query"], "title": doc.get("title", ""),
-                "url": doc.get("url", ""), "source": doc["source"], "quote": obj["quote"], "fact": obj["fact"]}
-    return replace(qa, question=obj["question"].strip(), facts=qa.facts + [obj["fact"].strip()],
-                   evidence=qa.evidence + [evidence], entities=qa.entities + [plan["entity"]],
-                   injections=qa.injections + 1)
+    evidence = {
+        "round": round_,
+        "entity": plan["entity"],
+        "query": plan["query"],
+        "title": doc.get("title", ""),
+        "url": doc.get("url", ""),
+        "source": doc["source"],
+        "quote": obj["quote"],
+        "fact": obj["fact"],
+    }
+    return replace(
+        qa,
+        question=obj["question"].strip(),
+        facts=qa.facts + [obj["fact"].strip()],
+        evidence=qa.evidence + [evidence],
+        entities=qa.entities + [plan["entity"]],
+        injections=qa.injections + 1,
+    )
 
 
 async def read_page(tools, hit: dict, entity: str, cfg) -> list[dict]:
@@ -109,8 +149,10 @@ async def read_page(tools, hit: dict, entity: str, cfg) -> list[dict]:
     chunks = [c for c in page_chunks(page, cfg.evidence_chars) if seen not in squash(c)]
     words = [w for w in entity.lower().split() if len(w) > 2]
     chunks.sort(key=lambda c: -sum(w in c.lower() for w in words))  # stable: page order among equals
-    return [{"title": hit.get("title", ""), "url": hit.get("url", ""), "text": c, "source": "page"}
-            for c in chunks[: cfg.page_passages]]
+    return [
+        {"title": hit.get("title", ""), "url": hit.get("url", ""), "text": c, "source": "page"}
+        for c in chunks[: cfg.page_passages]
+    ]
 
 
 async def fuzz(gen: ChatClient, qa: QA, round_: int, cfg) -> QA:
@@ -122,7 +164,12 @@ async def fuzz(gen: ChatClient, qa: QA, round_: int, cfg) -> QA:
             raise BadOutput("detail still in question", obj["detail"][:80])
         _check_rewrite(qa, obj)
 
-    obj = await gen.ask_json(prompts.FUZZ.format(question=qa.question, answer=qa.answer), "fuzz",
-                             {"detail": str, "vaguer": str, "question": str, "answer": str}, check, cfg.output_retries)
+    obj = await gen.ask_json(
+        prompts.FUZZ.format(question=qa.question, answer=qa.answer),
+        "fuzz",
+        {"detail": str, "vaguer": str, "question": str, "answer": str},
+        check,
+        cfg.output_retries,
+    )
     change = {"round": round_, "fuzzed": obj["detail"], "into": obj["vaguer"]}
     return replace(qa, question=obj["question"].strip(), edits=qa.edits + [change], fuzzes=qa.fuzzes + 1)

@@ -46,8 +46,10 @@ class AddressFile:
         self.folder.mkdir(parents=True, exist_ok=True)
         if self._wildcard and self.content.startswith("127."):
             # Debian maps the host name to 127.0.1.1 in /etc/hosts: other nodes cannot use that.
-            sys.stderr.write(f"warning: this machine's host name resolves to {self.content.split(':')[0]}, which "
-                             "other nodes cannot reach; pass --host with its network address\n")
+            sys.stderr.write(
+                f"warning: this machine's host name resolves to {self.content.split(':')[0]}, which "
+                "other nodes cannot reach; pass --host with its network address\n"
+            )
         if threading.current_thread() is threading.main_thread():
             # uvicorn shuts down gracefully on SIGTERM and then raises it again under the handler found
             # at start; with the default one the process would die before removing the file.

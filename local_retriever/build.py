@@ -81,7 +81,9 @@ def detect_format(path: Path) -> str:
     raise ValueError(f"cannot tell the format of {path}: expected JSONL rows or a MediaWiki XML dump (.xml/.xml.bz2)")
 
 
-def build_kb(source: Path, out: Path, fmt: SourceFormat = "auto", opts: BuildOptions | None = None) -> tuple[Manifest, ScanReport]:
+def build_kb(
+    source: Path, out: Path, fmt: SourceFormat = "auto", opts: BuildOptions | None = None
+) -> tuple[Manifest, ScanReport]:
     opts = opts or BuildOptions()
     source, out = Path(source).resolve(), Path(out).resolve()
     if not source.is_file():
@@ -148,8 +150,12 @@ def build_kb(source: Path, out: Path, fmt: SourceFormat = "auto", opts: BuildOpt
 
 def _ingest(source: Path, fmt: str, work: Path, opts: BuildOptions) -> dict:
     """Writes offsets (and for XML the passages) plus the page store; skipped when already done."""
-    fingerprint = {"source": _file_id(source), "format": fmt, "words": opts.passage_words,
-                   "pages": _file_id(Path(opts.pages_jsonl)) if opts.pages_jsonl else None}
+    fingerprint = {
+        "source": _file_id(source),
+        "format": fmt,
+        "words": opts.passage_words,
+        "pages": _file_id(Path(opts.pages_jsonl)) if opts.pages_jsonl else None,
+    }
     done = completed_stage(work, "ingest", fingerprint)
     if done:
         return {**done["result"], "fingerprint": fingerprint}
@@ -172,8 +178,13 @@ def _ingest(source: Path, fmt: str, work: Path, opts: BuildOptions) -> dict:
     finally:
         offsets.close()
         pages.close()
-    done = {"passages": offsets.count, "pages": pages.pages, "redirects": pages.redirects,
-            "skipped": report.skipped, "errors": report.errors}
+    done = {
+        "passages": offsets.count,
+        "pages": pages.pages,
+        "redirects": pages.redirects,
+        "skipped": report.skipped,
+        "errors": report.errors,
+    }
     outputs = [OFFSETS_FILE, PAGES_FILE] + ([PASSAGES_FILE] if fmt == "xml" else [])
     mark_stage(work, "ingest", fingerprint, outputs, done)
     return {**done, "fingerprint": fingerprint}
@@ -185,7 +196,9 @@ def _file_id(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime}
 
 
-def _ingest_xml(source: Path, passages_path: Path, offsets: OffsetWriter, pages: PageWriter, opts: BuildOptions) -> None:
+def _ingest_xml(
+    source: Path, passages_path: Path, offsets: OffsetWriter, pages: PageWriter, opts: BuildOptions
+) -> None:
     from .wikitext import clean_wikitext, split_passages, title_to_url
     from .wikixml import iter_pages
 
@@ -203,18 +216,25 @@ def _ingest_xml(source: Path, passages_path: Path, offsets: OffsetWriter, pages:
             url = title_to_url(page.title)
             pages.add_page(page.title, text, url)
             for chunk in split_passages(text, opts.passage_words):
-                row = {"id": str(offsets.count), "contents": join_contents(page.title, chunk),
-                       "title": page.title, "url": url}
+                row = {
+                    "id": str(offsets.count),
+                    "contents": join_contents(page.title, chunk),
+                    "title": page.title,
+                    "url": url,
+                }
                 line = orjson.dumps(row) + b"\n"
                 fh.write(line)
                 offsets.add(pos, len(line))
                 pos += len(line)
 
 
-def _ingest_jsonl(source: Path, offsets: OffsetWriter, pages: PageWriter, report: ScanReport, opts: BuildOptions) -> None:
+def _ingest_jsonl(
+    source: Path, offsets: OffsetWriter, pages: PageWriter, report: ScanReport, opts: BuildOptions
+) -> None:
     # Without a pages file, a page is the run of consecutive passages with the same title
     # (wiki-18 keeps an article's passages together, in order).
     current: list = [None, None, []]  # title, url, texts
+
     def flush():
         if current[0] is not None and opts.pages_jsonl is None:
             pages.add_page(current[0], "\n".join(current[2]), current[1], extend=True)
@@ -235,13 +255,18 @@ def _ingest_jsonl(source: Path, offsets: OffsetWriter, pages: PageWriter, report
             pages.add_page(row["title"], row["text"], row["url"])
 
 
-def _build_dense(store: PassageStore, work: Path, encoder_cfg: EncoderConfig, opts: BuildOptions,
-                 corpus_fp: dict) -> None:
+def _build_dense(
+    store: PassageStore, work: Path, encoder_cfg: EncoderConfig, opts: BuildOptions, corpus_fp: dict
+) -> None:
     from .dense import build_index, encode_shards, write_index
     from .encoder import Encoder
 
-    shards_fp = {"corpus": corpus_fp, "encoder": encoder_cfg.model_dump(), "passages": len(store),
-                 "shard_size": opts.shard_size}
+    shards_fp = {
+        "corpus": corpus_fp,
+        "encoder": encoder_cfg.model_dump(),
+        "passages": len(store),
+        "shard_size": opts.shard_size,
+    }
     fingerprint = {**shards_fp, "factory": opts.faiss_factory}
     if completed_stage(work, "dense", fingerprint):
         return
@@ -294,6 +319,8 @@ def _import_faiss(path: Path, passages: int) -> tuple[str, str]:
     path = Path(path).resolve()
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     if index.ntotal != passages:
-        raise ValueError(f"{path} holds {index.ntotal} vectors but the corpus has {passages} passages; "
-                         "FAISS ids must be corpus row positions")
+        raise ValueError(
+            f"{path} holds {index.ntotal} vectors but the corpus has {passages} passages; "
+            "FAISS ids must be corpus row positions"
+        )
     return str(path), type(faiss.downcast_index(index)).__name__

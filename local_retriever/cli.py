@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -34,28 +33,41 @@ def _fail(message: str) -> None:
 
 @app.command()
 def build(
-    source: str = typer.Argument(..., help="corpus: JSONL ({id, contents} or {id, title, text, url}), "
-                                           "a MediaWiki dump (.xml/.xml.bz2), or `sample` for the bundled Wikipedia sample"),
-    out: Optional[Path] = typer.Option(None, "--out", help="knowledge-base folder to create"),
-    legacy_out: Optional[Path] = typer.Argument(None, hidden=True, help="deprecated: the folder as a positional"),
+    source: str = typer.Argument(
+        ...,
+        help="corpus: JSONL ({id, contents} or {id, title, text, url}), "
+        "a MediaWiki dump (.xml/.xml.bz2), or `sample` for the bundled Wikipedia sample",
+    ),
+    out: Path | None = typer.Option(None, "--out", help="knowledge-base folder to create"),
+    legacy_out: Path | None = typer.Argument(None, hidden=True, help="deprecated: the folder as a positional"),
     fmt: SourceFormat = typer.Option(SourceFormat.auto, "--format", help="corpus format; auto goes by the file name"),
-    encoder: str = typer.Option(DEFAULT_ENCODER, help="HF model id or local folder of the dense encoder, or a preset: "
-                                                      "e5-base-v2, e5-small-v2, e5-large-v2"),
-    encoder_preset: EncoderPreset = typer.Option(EncoderPreset.auto, help="auto (e5 when the model's name says "
-                                                 "so) | e5 (mean pooling, 'query: ' / 'passage: ') | none; explicit "
-                                                 "options below win"),
-    pooling: Optional[Pooling] = typer.Option(None, help="auto (from the model folder) | mean | cls [default: auto, "
-                                                         "mean for e5]"),
+    encoder: str = typer.Option(
+        DEFAULT_ENCODER,
+        help="HF model id or local folder of the dense encoder, or a preset: e5-base-v2, e5-small-v2, e5-large-v2",
+    ),
+    encoder_preset: EncoderPreset = typer.Option(
+        EncoderPreset.auto,
+        help="auto (e5 when the model's name says "
+        "so) | e5 (mean pooling, 'query: ' / 'passage: ') | none; explicit "
+        "options below win",
+    ),
+    pooling: Pooling | None = typer.Option(
+        None, help="auto (from the model folder) | mean | cls [default: auto, mean for e5]"
+    ),
     normalize: bool = typer.Option(True, help="L2-normalise embeddings (inner product = cosine)"),
     max_length: int = typer.Option(256, help="encoder max tokens per passage/query"),
-    query_prefix: Optional[str] = typer.Option(None, help="prepended to queries [default: '', 'query: ' for e5]"),
-    passage_prefix: Optional[str] = typer.Option(None, help="prepended to passages [default: '', 'passage: ' for e5]"),
+    query_prefix: str | None = typer.Option(None, help="prepended to queries [default: '', 'query: ' for e5]"),
+    passage_prefix: str | None = typer.Option(None, help="prepended to passages [default: '', 'passage: ' for e5]"),
     batch_size: int = typer.Option(32, help="encoder batch size"),
-    faiss_factory: str = typer.Option("Flat", help="FAISS factory string: Flat, HNSW32, HNSW32,SQ8, IVF4096,PQ64, ..."),
+    faiss_factory: str = typer.Option(
+        "Flat", help="FAISS factory string: Flat, HNSW32, HNSW32,SQ8, IVF4096,PQ64, ..."
+    ),
     dense: bool = typer.Option(True, help="build the dense index"),
     bm25: bool = typer.Option(True, help="build the BM25 index"),
-    import_faiss: Optional[Path] = typer.Option(None, help="use this prebuilt FAISS index (e.g. Search-R1's e5_Flat.index) instead of encoding"),
-    pages: Optional[Path] = typer.Option(None, help="JSONL of whole pages ({url, title, contents}) for /access"),
+    import_faiss: Path | None = typer.Option(
+        None, help="use this prebuilt FAISS index (e.g. Search-R1's e5_Flat.index) instead of encoding"
+    ),
+    pages: Path | None = typer.Option(None, help="JSONL of whole pages ({url, title, contents}) for /access"),
     shard_size: int = typer.Option(50_000, help="passages per embedding shard (the unit of resume)"),
     passage_words: int = typer.Option(100, help="words per passage when splitting XML articles"),
     strict: bool = typer.Option(False, help="stop at the first malformed line instead of skipping it"),
@@ -69,15 +81,31 @@ def build(
     out = Path(out_dir(out, legacy_out, "the positional output folder"))
     src = _sample_source() if source == "sample" else Path(source)
     try:
-        enc = EncoderConfig.from_options(encoder, encoder_preset.value, pooling=pooling and pooling.value,
-                                         normalize=normalize,
-                                         max_length=max_length, query_prefix=query_prefix,
-                                         passage_prefix=passage_prefix, batch_size=batch_size)
+        enc = EncoderConfig.from_options(
+            encoder,
+            encoder_preset.value,
+            pooling=pooling and pooling.value,
+            normalize=normalize,
+            max_length=max_length,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            batch_size=batch_size,
+        )
     except ValueError as exc:  # pydantic's ValidationError is one
         _fail(str(exc))
-    opts = BuildOptions(encoder=enc, faiss_factory=faiss_factory, dense=dense, bm25=bm25, strict=strict,
-                        shard_size=shard_size, passage_words=passage_words, import_faiss=import_faiss,
-                        pages_jsonl=pages, keep_embeddings=keep_embeddings, force=force)
+    opts = BuildOptions(
+        encoder=enc,
+        faiss_factory=faiss_factory,
+        dense=dense,
+        bm25=bm25,
+        strict=strict,
+        shard_size=shard_size,
+        passage_words=passage_words,
+        import_faiss=import_faiss,
+        pages_jsonl=pages,
+        keep_embeddings=keep_embeddings,
+        force=force,
+    )
     try:
         manifest, report = build_kb(src, out, fmt.value, opts)  # type: ignore[arg-type]
     except (MalformedLine, FileNotFoundError, FileExistsError, ValueError) as exc:
@@ -85,7 +113,16 @@ def build(
     table = Table(title=f"built {out}")
     table.add_column("item")
     table.add_column("value", justify="right")
-    for key in ("passages", "pages", "redirects", "skipped_lines", "faiss_factory", "dense_index", "bm25_index", "build_seconds"):
+    for key in (
+        "passages",
+        "pages",
+        "redirects",
+        "skipped_lines",
+        "faiss_factory",
+        "dense_index",
+        "bm25_index",
+        "build_seconds",
+    ):
         table.add_row(key, str(getattr(manifest, key)))
     console.print(table)
     for err in report.errors[:5]:
@@ -103,15 +140,18 @@ def serve(
     kb_dir: Path = typer.Argument(..., help="knowledge-base folder made by `asearcher kb build`"),
     host: str = typer.Option("127.0.0.1", help="address to listen on; 0.0.0.0 for every interface (other nodes)"),
     port: int = typer.Option(5005, help="port to listen on"),
-    save_address_to: Optional[Path] = typer.Option(
-        None, "--save-address-to", help="folder to write Host{ip}_IP{port}.txt holding ip:port once serving, as "
-        "ASearcher's clients expect in $RAG_SERVER_ADDR_DIR; removed at shutdown"),
+    save_address_to: Path | None = typer.Option(
+        None,
+        "--save-address-to",
+        help="folder to write Host{ip}_IP{port}.txt holding ip:port once serving, as "
+        "ASearcher's clients expect in $RAG_SERVER_ADDR_DIR; removed at shutdown",
+    ),
     retriever: Retriever = typer.Option(Retriever.dense, help="hybrid: reciprocal rank fusion of dense and bm25"),
-    ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
-    nprobe: Optional[int] = typer.Option(None, help="IVF nprobe (recall vs speed)"),
+    ef_search: int | None = typer.Option(None, help="HNSW efSearch (recall vs speed)"),
+    nprobe: int | None = typer.Option(None, help="IVF nprobe (recall vs speed)"),
     mmap_index: bool = typer.Option(False, help="memory-map the FAISS index instead of reading it into RAM"),
     int8_queries: bool = typer.Option(False, help="encode queries with an int8-quantised encoder (CPU, ~2.5x faster)"),
-    threads: Optional[int] = typer.Option(None, help="CPU threads for the encoder and FAISS (default: all cores)"),
+    threads: int | None = typer.Option(None, help="CPU threads for the encoder and FAISS (default: all cores)"),
     default_topk: int = typer.Option(3, help="hits per query when a request names no topk"),
     max_topk: int = typer.Option(100, help="largest topk a request may ask for (422 beyond)"),
     max_queries: int = typer.Option(512, help="queries per request"),
@@ -131,12 +171,27 @@ def serve(
     from .server import serve as run
 
     try:
-        limits = ServerLimits(default_topk=default_topk, max_topk=max_topk, max_queries=max_queries,
-                              max_query_chars=max_query_chars, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                              max_body_bytes=max_body_bytes, header_timeout_s=header_timeout,
-                              body_timeout_s=body_timeout, keep_alive_s=keep_alive, max_connections=max_connections)
-        kb = KnowledgeBase(kb_dir, retriever.value, ef_search=ef_search, nprobe=nprobe, mmap_index=mmap_index,
-                           int8_queries=int8_queries)  # type: ignore[arg-type]
+        limits = ServerLimits(
+            default_topk=default_topk,
+            max_topk=max_topk,
+            max_queries=max_queries,
+            max_query_chars=max_query_chars,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            max_body_bytes=max_body_bytes,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            keep_alive_s=keep_alive,
+            max_connections=max_connections,
+        )
+        kb = KnowledgeBase(
+            kb_dir,
+            retriever.value,
+            ef_search=ef_search,
+            nprobe=nprobe,
+            mmap_index=mmap_index,
+            int8_queries=int8_queries,
+        )  # type: ignore[arg-type]
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever.value}) on http://{host}:{port}")
@@ -153,8 +208,9 @@ def serve(
 @app.command()
 def query(
     questions: list[str] = typer.Argument(..., help="one or more queries"),
-    url: list[str] = typer.Option(["http://127.0.0.1:5005"], help="server URL; repeatable, or comma-separated "
-                                                                  "(requests fail over between them)"),
+    url: list[str] = typer.Option(
+        ["http://127.0.0.1:5005"], help="server URL; repeatable, or comma-separated (requests fail over between them)"
+    ),
     topk: int = typer.Option(3, help="hits per query"),
     as_json: bool = typer.Option(False, "--json", help="print the raw JSON result"),
 ):
@@ -187,9 +243,10 @@ def _print_hits(question: str, hits: list[dict]) -> None:
 
 @app.command()
 def quickstart(
-    out: Optional[Path] = typer.Option(None, "--out", help="where the sample knowledge base is built "
-                                                           "[default: runs/sample-kb]"),
-    legacy_dir: Optional[Path] = typer.Option(None, "--dir", hidden=True, help="deprecated spelling of --out"),
+    out: Path | None = typer.Option(
+        None, "--out", help="where the sample knowledge base is built [default: runs/sample-kb]"
+    ),
+    legacy_dir: Path | None = typer.Option(None, "--dir", hidden=True, help="deprecated spelling of --out"),
     port: int = typer.Option(5005, help="port of the knowledge-base server"),
     retriever: Retriever = typer.Option(Retriever.hybrid, help="hybrid: reciprocal rank fusion of dense and bm25"),
     keep_serving: bool = typer.Option(False, help="leave the server running after the demo queries"),

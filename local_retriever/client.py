@@ -16,10 +16,16 @@ The rule is implemented once, in `local_retriever.endpoints`, which every endpoi
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from .endpoints import (EndpointError, EndpointRefused, EndpointServerError, EndpointUnavailable, MultiURLClient,
-                        normalize_urls)
+from .endpoints import (
+    EndpointError,
+    EndpointRefused,
+    EndpointServerError,
+    EndpointUnavailable,
+    MultiURLClient,
+    normalize_urls,
+)
 
 # The retrieval names of the shared client's errors: callers catch these, and the shared rule raises them.
 RetrievalError = EndpointError
@@ -38,16 +44,31 @@ def parse_urls(urls: str | Sequence[str]) -> list[str]:
 class RetrievalClient:
     """The Search-R1 /retrieve and ASearcher /access calls over `local_retriever.endpoints.MultiURLClient`."""
 
-    def __init__(self, urls: str | Sequence[str], timeout: float = 30.0, retries: int = 3, backoff: float = 0.2,
-                 max_backoff: float = 5.0, cooldown: float = 5.0, max_connections: int = 256):
-        self._client = MultiURLClient(parse_urls(urls), "retrieval server", timeout=timeout, retries=retries,
-                                      backoff=backoff, max_backoff=max_backoff, cooldown=cooldown,
-                                      max_connections=max_connections)
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        cooldown: float = 5.0,
+        max_connections: int = 256,
+    ):
+        self._client = MultiURLClient(
+            parse_urls(urls),
+            "retrieval server",
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            cooldown=cooldown,
+            max_connections=max_connections,
+        )
         self.urls = self._client.urls
         self.counters = self._client.counters
         self.errors = self._client.pool.errors
 
-    async def __aenter__(self) -> "RetrievalClient":
+    async def __aenter__(self) -> RetrievalClient:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -19,8 +19,11 @@ from pydantic import BaseModel, Field
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 ENCODER_PRESETS = ("auto", "e5", "none")  # auto: e5 when the model's name says so
 # Short names for `--encoder`; the HF id is what the manifest records.
-PRESET_MODELS = {"e5-small-v2": "intfloat/e5-small-v2", "e5-base-v2": "intfloat/e5-base-v2",
-                 "e5-large-v2": "intfloat/e5-large-v2"}
+PRESET_MODELS = {
+    "e5-small-v2": "intfloat/e5-small-v2",
+    "e5-base-v2": "intfloat/e5-base-v2",
+    "e5-large-v2": "intfloat/e5-large-v2",
+}
 # e5 checkpoints by name, as HF ids or as local folders named after them (ASearcher's scripts use
 # `intfloat__e5-base-v2`). The instruct variants take a different query prefix and are left out.
 _E5_NAME = re.compile(r"(?:^|[/_])(?:multilingual-)?e5-(?:small|base|large)(?:-v2)?$", re.I)
@@ -96,12 +99,16 @@ class Encoder:
         # HF fast tokenizers are not safe to call from several threads at once.
         self._lock = threading.Lock()
 
-    def encode(self, texts: list[str], kind: Literal["query", "passage"] = "query", batch_size: int | None = None) -> np.ndarray:
+    def encode(
+        self, texts: list[str], kind: Literal["query", "passage"] = "query", batch_size: int | None = None
+    ) -> np.ndarray:
         prefix = self.config.query_prefix if kind == "query" else self.config.passage_prefix
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
-            ids = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=self.config.max_length)["input_ids"]
+            ids = self.tokenizer([prefix + t for t in texts], truncation=True, max_length=self.config.max_length)[
+                "input_ids"
+            ]
         # Batches of similar length waste little compute on padding: a micro-batch of queries
         # mixes 5-token and 40-token questions.
         order = np.argsort([len(x) for x in ids], kind="stable")

@@ -29,7 +29,8 @@ import json
 import os
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable, Optional, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -146,10 +147,21 @@ class MultiURLClient:
     (it is then not closed here); `pool` may be shared by clients that should see the same cooldowns.
     """
 
-    def __init__(self, urls: str | Sequence[str], name: str = "endpoint", *, timeout: float = 30.0, retries: int = 3,
-                 backoff: float = 0.2, max_backoff: float = 5.0, cooldown: float = 5.0,
-                 headers: dict | None = None, http: httpx.AsyncClient | None = None, pool: URLPool | None = None,
-                 max_connections: int = 256):
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        name: str = "endpoint",
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        cooldown: float = 5.0,
+        headers: dict | None = None,
+        http: httpx.AsyncClient | None = None,
+        pool: URLPool | None = None,
+        max_connections: int = 256,
+    ):
         self.name, self.retries, self.backoff, self.max_backoff = name, retries, backoff, max_backoff
         self.pool = pool or URLPool(normalize_urls(urls), cooldown)
         self.headers = dict(headers or {})
@@ -157,8 +169,9 @@ class MultiURLClient:
         if http is None:
             # Idle connections are dropped well before a uvicorn server's keep-alive (5 s), so a request is never
             # sent on a connection the server is closing at that moment (a ReadError that would cool a good URL).
-            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                                  keepalive_expiry=2.0)
+            limits = httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=2.0
+            )
             http = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.http = http
         self.counters: Counter = Counter()
@@ -173,7 +186,7 @@ class MultiURLClient:
     def urls(self) -> list[str]:
         return self.pool.urls
 
-    async def __aenter__(self) -> "MultiURLClient":
+    async def __aenter__(self) -> MultiURLClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -231,8 +244,10 @@ class MultiURLClient:
         except Retryable as exc:
             detail = "; ".join(f"{u[:200]}: {r}" for u, r in last.items())
             where = f" {what}" if what else ""
-            raise EndpointUnavailable(f"no {self.name} answered{where} after {self.retries + 1} attempts "
-                                      f"({detail})", bad_reply=isinstance(exc, BadReply)) from None
+            raise EndpointUnavailable(
+                f"no {self.name} answered{where} after {self.retries + 1} attempts ({detail})",
+                bad_reply=isinstance(exc, BadReply),
+            ) from None
         raise AssertionError("unreachable")
 
     async def send(self, url: str, method: str, **kw) -> httpx.Response:
@@ -247,7 +262,7 @@ class MultiURLClient:
         raise_if_retryable(url, resp)
         return resp
 
-    async def post_json(self, path: str, payload: Any, check: Optional[Callable[[Any], T]] = None) -> T:
+    async def post_json(self, path: str, payload: Any, check: Callable[[Any], T] | None = None) -> T:
         """POST `payload` as JSON to `path` on some URL; the reply's JSON, or what `check` makes of it."""
         # ASCII-escaped JSON: a lone surrogate (model output, dataset text) travels as `\ud800` and the server
         # can name it, where encoding it as UTF-8 (what httpx's `json=` does) would raise here.
@@ -306,12 +321,18 @@ class EndpointConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:8000/v1"],
-                                 description="OpenAI-compatible base URLs (…/v1); the old `base_url` is an alias")
+    base_urls: list[str] = Field(
+        default_factory=lambda: ["http://127.0.0.1:8000/v1"],
+        description="OpenAI-compatible base URLs (…/v1); the old `base_url` is an alias",
+    )
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the API key")
     timeout: float = Field(600.0, gt=0, description="seconds per connect or read")
-    retries: int = Field(3, ge=0, description="retries of one request on connection errors, timeouts, 429 and 5xx, "
-                         "each on another URL when there is one, with exponential backoff")
+    retries: int = Field(
+        3,
+        ge=0,
+        description="retries of one request on connection errors, timeouts, 429 and 5xx, "
+        "each on another URL when there is one, with exponential backoff",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -329,9 +350,18 @@ class EndpointConfig(BaseModel):
             return normalize_urls(value)
         return value
 
-    def client(self, name: str, *, http: httpx.AsyncClient | None = None, pool: URLPool | None = None,
-               cooldown: float = 10.0) -> MultiURLClient:
+    def client(
+        self, name: str, *, http: httpx.AsyncClient | None = None, pool: URLPool | None = None, cooldown: float = 10.0
+    ) -> MultiURLClient:
         """A client for this endpoint, sending `Authorization: Bearer $api_key_env` (or "none")."""
         key = os.environ.get(self.api_key_env, "none")
-        return MultiURLClient(self.base_urls, name, timeout=self.timeout, retries=self.retries, cooldown=cooldown,
-                              headers={"Authorization": f"Bearer {key}"}, http=http, pool=pool)
+        return MultiURLClient(
+            self.base_urls,
+            name,
+            timeout=self.timeout,
+            retries=self.retries,
+            cooldown=cooldown,
+            headers={"Authorization": f"Bearer {key}"},
+            http=http,
+            pool=pool,
+        )

@@ -48,8 +48,9 @@ class KnowledgeBase:
             if int8_queries:
                 self.encoder.quantize_int8()
             if self.encoder.dim != self.dense.dim:
-                raise ValueError(f"encoder dim {self.encoder.dim} != index dim {self.dense.dim}: "
-                                 "wrong --encoder for this index")
+                raise ValueError(
+                    f"encoder dim {self.encoder.dim} != index dim {self.dense.dim}: wrong --encoder for this index"
+                )
         if retriever in ("bm25", "hybrid"):
             if not self.manifest.bm25_index:
                 raise ValueError(f"{kb_dir} has no BM25 index; rebuild without --no-bm25 or use --retriever dense")

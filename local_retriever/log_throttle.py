@@ -23,8 +23,9 @@ DEFAULT_INTERVAL = 60.0
 class ThrottleFilter(logging.Filter):
     """Passes the first record of each key per `interval` seconds; `suppressed` counts every record dropped."""
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 4096):
+    def __init__(
+        self, interval: float = DEFAULT_INTERVAL, clock: Callable[[], float] = time.monotonic, max_keys: int = 4096
+    ):
         super().__init__()
         if interval < 0:
             raise ValueError(f"interval must be >= 0 seconds, got {interval}")

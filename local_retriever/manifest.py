@@ -36,13 +36,14 @@ class Manifest(BaseModel):
     def load(cls, kb_dir: Path) -> Manifest:
         path = Path(kb_dir) / MANIFEST_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"{kb_dir} is not a knowledge base: {MANIFEST_FILE} is missing (run `asearcher kb build`)")
+            raise FileNotFoundError(
+                f"{kb_dir} is not a knowledge base: {MANIFEST_FILE} is missing (run `asearcher kb build`)"
+            )
         return cls.model_validate_json(path.read_text())
 
     def corpus_path(self, kb_dir: Path) -> Path:
         p = Path(self.corpus)
         return p if p.is_absolute() else Path(kb_dir) / p
-
 
 
 # Build stages. A stage is complete only when its marker exists, and the marker is written last,

@@ -117,8 +117,10 @@ class PageStore:
         db = self._conn()
         rowids = [r[0] for r in db.execute("SELECT rowid FROM pages WHERE length(contents) >= ?", (min_chars,))]
         picked = random.Random(seed).sample(rowids, min(n, len(rowids)))
-        return [_as_dict(db.execute("SELECT url, title, contents FROM pages WHERE rowid = ?", (i,)).fetchone())
-                for i in picked]
+        return [
+            _as_dict(db.execute("SELECT url, title, contents FROM pages WHERE rowid = ?", (i,)).fetchone())
+            for i in picked
+        ]
 
 
 def canonical_url(url: str) -> str:

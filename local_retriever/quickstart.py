@@ -22,8 +22,10 @@ def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, 
     if not (kb_dir / MANIFEST_FILE).is_file():
         console.rule("1/3 building the sample knowledge base (real Wikipedia articles from the gensim wheel)")
         manifest, _ = build_kb(sample_dump_path(), kb_dir)
-        console.print(f"{manifest.passages} passages, {manifest.pages} pages, {manifest.redirects} redirects "
-                      f"in {manifest.build_seconds}s -> {kb_dir}")
+        console.print(
+            f"{manifest.passages} passages, {manifest.pages} pages, {manifest.redirects} redirects "
+            f"in {manifest.build_seconds}s -> {kb_dir}"
+        )
     else:
         console.print(f"reusing the knowledge base in {kb_dir}")
 
@@ -50,13 +52,19 @@ def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, 
         for col in ("question", "gold answer", "top passage title", "gold article in top 5"):
             table.add_column(col)
         for q, ranked in list(zip(questions, titles))[:8]:
-            table.add_row(q["question"], q["golden_answers"][0], ranked[0] if ranked else "-",
-                          "yes" if recall_at_k([q], [ranked], ks=(5,))["recall@5"] else "no")
+            table.add_row(
+                q["question"],
+                q["golden_answers"][0],
+                ranked[0] if ranked else "-",
+                "yes" if recall_at_k([q], [ranked], ks=(5,))["recall@5"] else "no",
+            )
         Console().print(table)
         console.print(f"{len(questions)} questions: " + ", ".join(f"{k} {v:.2f}" for k, v in recall.items()))
         console.print(f"/access {questions[0]['supporting_titles'][0]!r} -> {page[0]['url'] if page[0] else None}")
-        console.print(f"try it: curl -s {url}/retrieve -H 'content-type: application/json' "
-                      "-d '{\"queries\": [\"capital of Angola\"], \"topk\": 3, \"return_scores\": true}'")
+        console.print(
+            f"try it: curl -s {url}/retrieve -H 'content-type: application/json' "
+            '-d \'{"queries": ["capital of Angola"], "topk": 3, "return_scores": true}\''
+        )
         if keep_serving:
             console.print(f"server running (pid {proc.pid}); Ctrl-C to stop")
             proc.wait()

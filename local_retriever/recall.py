@@ -12,6 +12,7 @@ from .pages import title_key
 
 def recall_at_k(questions: list[dict], titles: list[list[str]], ks=(1, 5, 10)) -> dict[str, float]:
     """`titles[i]` are the titles of the ranked passages returned for `questions[i]`."""
+
     def hit(q, ranked, k):
         return title_key(q["supporting_titles"][-1]) in {title_key(t) for t in ranked[:k]}
 
@@ -20,6 +21,7 @@ def recall_at_k(questions: list[dict], titles: list[list[str]], ks=(1, 5, 10)) -
 
 def answer_recall_at_k(questions: list[dict], texts: list[list[str]], ks=(1, 5, 10)) -> dict[str, float]:
     """`texts[i]` are the ranked passage texts returned for `questions[i]`."""
+
     def hit(q, ranked, k):
         answers = [a.lower() for a in q["golden_answers"]]
         return any(a in t.lower() for t in ranked[:k] for a in answers)

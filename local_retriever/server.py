@@ -45,8 +45,9 @@ class ServerLimits(BaseModel):
     header_timeout_s: float = Field(10.0, gt=0, description="request line and headers must arrive within this")
     body_timeout_s: float = Field(30.0, gt=0, description="the whole body must arrive within this after the headers")
     keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this")
-    max_connections: int = Field(1000, ge=1, description="open connections (or requests in progress) beyond "
-                                                         "which a request is answered 503")
+    max_connections: int = Field(
+        1000, ge=1, description="open connections (or requests in progress) beyond which a request is answered 503"
+    )
     max_header_bytes: int = Field(64 * 1024, ge=1024, description="request line plus headers")
 
 
@@ -67,8 +68,14 @@ class ApiError(HTTPException):
         self.status, self.code, self.message = status, code, message
 
 
-_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
-          413: "body_too_large", 503: "unavailable"}
+_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "body_too_large",
+    503: "unavailable",
+}
 
 
 def _json(payload: Any, status: int = 200, headers: dict | None = None) -> Response:
@@ -92,9 +99,13 @@ def _check_text(field: str, items: list[str]) -> None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ApiError(422, "invalid_text", f"{field}[{i}] contains a lone surrogate "
-                                                f"(U+{ord(text[exc.start]):04X} at position {exc.start}); "
-                                                "send valid Unicode") from None
+            raise ApiError(
+                422,
+                "invalid_text",
+                f"{field}[{i}] contains a lone surrogate "
+                f"(U+{ord(text[exc.start]):04X} at position {exc.start}); "
+                "send valid Unicode",
+            ) from None
 
 
 class BodyLimit:
@@ -113,7 +124,9 @@ class BodyLimit:
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._drain(receive, 0, deadline)
-            return await _error(413, "body_too_large", f"request body of {int(length)} bytes exceeds {self.max_bytes}")(scope, receive, send)
+            return await _error(
+                413, "body_too_large", f"request body of {int(length)} bytes exceeds {self.max_bytes}"
+            )(scope, receive, send)
         seen, complete = 0, False
 
         async def limited():
@@ -123,8 +136,9 @@ class BodyLimit:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
             except asyncio.TimeoutError:
-                raise ApiError(408, "body_timeout", f"request body not complete within {self.timeout:g} s "
-                                                    f"({seen} bytes received)") from None
+                raise ApiError(
+                    408, "body_timeout", f"request body not complete within {self.timeout:g} s ({seen} bytes received)"
+                ) from None
             seen += len(message.get("body", b""))
             complete = not message.get("more_body", False)
             if seen > self.max_bytes:
@@ -207,7 +221,11 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
         if not req.queries:
             raise ApiError(422, "empty_queries", "queries must be a non-empty list of strings")
         if len(req.queries) > limits.max_queries:
-            raise ApiError(413, "too_many_queries", f"{len(req.queries)} queries in one request; the limit is {limits.max_queries}")
+            raise ApiError(
+                413,
+                "too_many_queries",
+                f"{len(req.queries)} queries in one request; the limit is {limits.max_queries}",
+            )
         if not 1 <= topk <= limits.max_topk:
             raise ApiError(422, "topk_out_of_range", f"topk must be between 1 and {limits.max_topk}, got {topk}")
         empty = [i for i, q in enumerate(req.queries) if not q.strip()]
@@ -234,7 +252,9 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
         if not req.urls:
             raise ApiError(422, "empty_urls", "urls must be a non-empty list of strings")
         if len(req.urls) > limits.max_urls:
-            raise ApiError(413, "too_many_urls", f"{len(req.urls)} urls in one request; the limit is {limits.max_urls}")
+            raise ApiError(
+                413, "too_many_urls", f"{len(req.urls)} urls in one request; the limit is {limits.max_urls}"
+            )
         _check_text("urls", req.urls)
 
         def lookup() -> list:
@@ -257,31 +277,39 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
 
     @app.get("/health")
     async def health():
-        return _json({
-            "status": "ok",
-            **kb.describe(),
-            "uptime_s": round(time.time() - started, 1),
-            "batches": batcher.batches,
-            "mean_batch": round(batcher.queries / batcher.batches, 2) if batcher.batches else 0.0,
-            "failed_batches": batcher.failed_batches,
-            **counters,
-            "limits": limits.model_dump(),
-        })
+        return _json(
+            {
+                "status": "ok",
+                **kb.describe(),
+                "uptime_s": round(time.time() - started, 1),
+                "batches": batcher.batches,
+                "mean_batch": round(batcher.queries / batcher.batches, 2) if batcher.batches else 0.0,
+                "failed_batches": batcher.failed_batches,
+                **counters,
+                "limits": limits.model_dump(),
+            }
+        )
 
     return app
 
 
 def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
     body = orjson.dumps({"error": {"code": code, "message": message}})
-    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            "connection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 
 def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a deadline on request headers, a deadline on bodies the app never read,
     JSON errors for malformed requests, and its connection limit answered in the JSON error shape."""
-    header_timeout, body_timeout, max_connections = limits.header_timeout_s, limits.body_timeout_s, limits.max_connections
+    header_timeout, body_timeout, max_connections = (
+        limits.header_timeout_s,
+        limits.body_timeout_s,
+        limits.max_connections,
+    )
 
     class GuardedH11Protocol(H11Protocol):
         def __init__(self, *args, **kwargs):
@@ -295,8 +323,11 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
 
         async def _gate(self, scope, receive, send):
             if len(self.connections) > max_connections or len(self.tasks) > max_connections:
-                response = _error(503, "too_many_connections", f"the server holds {max_connections} connections; "
-                                                               "retry later or elsewhere")
+                response = _error(
+                    503,
+                    "too_many_connections",
+                    f"the server holds {max_connections} connections; retry later or elsewhere",
+                )
                 return await response(scope, receive, send)
             return await self._app(scope, receive, send)
 
@@ -343,16 +374,23 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             self._timer_kind = kind
             self._timer = None
             if kind is not None:
-                self._timer = self.loop.call_later(header_timeout if kind == "headers" else body_timeout,
-                                                   self._expired, kind)
+                self._timer = self.loop.call_later(
+                    header_timeout if kind == "headers" else body_timeout, self._expired, kind
+                )
 
         def _expired(self, kind: str) -> None:
             self._timer, self._timer_kind = None, None
             if self.transport.is_closing():
                 return
             if kind == "headers" and self._partial:
-                self.transport.write(_raw_error(408, "Request Timeout", "header_timeout",
-                                                f"request headers not complete within {header_timeout:g} s"))
+                self.transport.write(
+                    _raw_error(
+                        408,
+                        "Request Timeout",
+                        "header_timeout",
+                        f"request headers not complete within {header_timeout:g} s",
+                    )
+                )
             self.transport.close()
 
     return GuardedH11Protocol
@@ -380,8 +418,15 @@ def log_options(log_level: str = "warning", access_log: bool = False) -> dict:
     return {"log_level": log_level, "access_log": access_log}
 
 
-def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: ServerLimits | None = None,
-          threads: int | None = None, log_level: str = "warning", access_log: bool = False) -> None:
+def serve(
+    kb: KnowledgeBase,
+    host: str = "127.0.0.1",
+    port: int = 5005,
+    limits: ServerLimits | None = None,
+    threads: int | None = None,
+    log_level: str = "warning",
+    access_log: bool = False,
+) -> None:
     """Runs the server until interrupted; `access_log`: uvicorn's line per request."""
     import os
 
@@ -395,5 +440,6 @@ def serve(kb: KnowledgeBase, host: str = "127.0.0.1", port: int = 5005, limits: 
     limits = limits or ServerLimits()
     # uvicorn configures only its own loggers; this one carries the tracebacks of 500s.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(build_app(kb, limits), host=host, port=port, **log_options(log_level, access_log),
-                **uvicorn_options(limits))
+    uvicorn.run(
+        build_app(kb, limits), host=host, port=port, **log_options(log_level, access_log), **uvicorn_options(limits)
+    )

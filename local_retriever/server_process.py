@@ -23,8 +23,18 @@ def free_port() -> int:
 def start_server(kb_dir: Path, port: int, retriever: str, extra: list[str] = (), log=None) -> subprocess.Popen:
     """`asearcher kb serve` for `kb_dir` in a child process; its output goes to `log`, else its stderr to a
     temporary file whose tail `wait_until_up` shows if the server exits before answering."""
-    cmd = [sys.executable, "-m", "local_retriever.cli", "serve", str(kb_dir), "--port", str(port),
-           "--retriever", retriever, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "local_retriever.cli",
+        "serve",
+        str(kb_dir),
+        "--port",
+        str(port),
+        "--retriever",
+        retriever,
+        *extra,
+    ]
     if log is not None:
         return subprocess.Popen(cmd, stdout=log, stderr=log)
     err = tempfile.TemporaryFile()

@@ -13,12 +13,35 @@ import mwparserfromhell
 from mwparserfromhell.nodes import Comment, ExternalLink, Heading, HTMLEntity, Tag, Template, Text, Wikilink
 
 WIKI_URL = "https://en.wikipedia.org/wiki/"
-_DROP_SECTIONS = {"references", "external links", "see also", "further reading", "notes", "bibliography",
-                  "sources", "footnotes", "citations", "notes and references"}
+_DROP_SECTIONS = {
+    "references",
+    "external links",
+    "see also",
+    "further reading",
+    "notes",
+    "bibliography",
+    "sources",
+    "footnotes",
+    "citations",
+    "notes and references",
+}
 _DROP_LINK_PREFIXES = ("file:", "image:", "category:", "media:")
 _INTERLANG = re.compile(r"^[a-z]{2,3}(-[a-z]+)?:", re.I)
-_DROP_TAGS = {"ref", "table", "gallery", "math", "timeline", "references", "score", "imagemap", "syntaxhighlight",
-              "source", "chem", "hiero", "noinclude"}
+_DROP_TAGS = {
+    "ref",
+    "table",
+    "gallery",
+    "math",
+    "timeline",
+    "references",
+    "score",
+    "imagemap",
+    "syntaxhighlight",
+    "source",
+    "chem",
+    "hiero",
+    "noinclude",
+}
 
 
 _REFS = re.compile(r"<ref[^>]*?/>|<ref[^>]*>.*?</ref\s*>", re.S | re.I)
@@ -122,7 +145,7 @@ def url_to_title(url: str) -> str | None:
     if not parts.netloc.endswith("wikipedia.org"):
         return None
     if parts.path.startswith("/wiki/"):
-        raw = parts.path[len("/wiki/"):]
+        raw = parts.path[len("/wiki/") :]
     elif parts.path.endswith("index.php"):
         raw = (parse_qs(parts.query).get("title") or [""])[0]
     else:

@@ -75,5 +75,10 @@ def _page(elem: ET.Element) -> WikiPage:
     if redirect is None:
         m = _REDIRECT_TEXT.match(text)
         redirect = m.group(1).strip() if m else None
-    return WikiPage(page_id=fields.get("id", ""), title=fields.get("title", ""), ns=int(fields.get("ns") or 0),
-                    text=text, redirect=redirect)
+    return WikiPage(
+        page_id=fields.get("id", ""),
+        title=fields.get("title", ""),
+        ns=int(fields.get("ns") or 0),
+        text=text,
+        redirect=redirect,
+    )

@@ -43,8 +43,20 @@ def main(argv: list[str]) -> int:
         base, dev = Path(tmp) / "install_requires.txt", Path(tmp) / "extras.txt"
         base.write_text("\n".join(kwargs["install_requires"]) + "\n")
         dev.write_text("\n".join(extras) + "\n")
-        cmd = [sys.executable, "-m", "deptry", *PACKAGES, "--config", "pyproject.toml",
-               "--requirements-files", str(base), "--requirements-files-dev", str(dev), "--no-ansi", *argv]
+        cmd = [
+            sys.executable,
+            "-m",
+            "deptry",
+            *PACKAGES,
+            "--config",
+            "pyproject.toml",
+            "--requirements-files",
+            str(base),
+            "--requirements-files-dev",
+            str(dev),
+            "--no-ansi",
+            *argv,
+        ]
         return subprocess.run(cmd, cwd=ROOT).returncode
 
 

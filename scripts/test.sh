@@ -13,4 +13,5 @@ pip install --no-deps openrlhf==0.11.2
 # DeepSpeed's CPU-only build (its ops are compiled on first use, never here), for OpenRLHF's trainer on CPU
 pip install --no-build-isolation --no-deps deepspeed==0.19.6
 python scripts/check_deps.py
+ruff check . && ruff format --check .
 python -m pytest -q --durations=15 "$@"

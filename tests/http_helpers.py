@@ -17,8 +17,9 @@ __all__ = ["free_port", "serve_app"]
 def serve_app(app, port: int | None = None, **options):
     """Serves an ASGI app until the block ends; yields its base URL. `options` go to `uvicorn.Config`."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
-                                          **options))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, **options)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -7,7 +7,9 @@ from asearcher_plugin.agent.actions import parse_action
 
 
 def test_valid_actions():
-    assert parse_action("<think>need facts</think> <search> capital of Angola </search>").argument == "capital of Angola"
+    assert (
+        parse_action("<think>need facts</think> <search> capital of Angola </search>").argument == "capital of Angola"
+    )
     a = parse_action("<access>https://en.wikipedia.org/wiki/Angola</access>")
     assert (a.kind, a.argument) == ("access", "https://en.wikipedia.org/wiki/Angola")
     assert parse_action("<answer> Luanda </answer>").argument == "Luanda"

@@ -11,11 +11,15 @@ from tests.http_helpers import free_port
 from tests.test_eval_items import ScriptedModel, write_jsonl
 
 # ASearcher's test rows: `question` and `answer` (a string or a list), or `gt`; no ids.
-GAIA = [{"question": "Which city is the capital of Angola?", "answer": "Luanda", "level": 1},
-        {"question": "Which ocean lies west of Angola?", "gt": ["Atlantic"]}]
-FRAMES = [{"question": "Who wrote An American in Paris?", "answer": ["Gershwin"]},
-          {"question": "Which prize did Einstein get in 1921?", "answer": ["Nobel", "Nobel Prize"]},
-          {"question": "In which year did Einstein die?", "answer": 1955}]
+GAIA = [
+    {"question": "Which city is the capital of Angola?", "answer": "Luanda", "level": 1},
+    {"question": "Which ocean lies west of Angola?", "gt": ["Atlantic"]},
+]
+FRAMES = [
+    {"question": "Who wrote An American in Paris?", "answer": ["Gershwin"]},
+    {"question": "Which prize did Einstein get in 1921?", "answer": ["Nobel", "Nobel Prize"]},
+    {"question": "In which year did Einstein die?", "answer": 1955},
+]
 
 
 @pytest.fixture
@@ -24,8 +28,9 @@ def model_server(tiny_model):
 
     from tests.http_helpers import serve_app
 
-    answers = dict(zip([r["question"] for r in GAIA + FRAMES], ["Luanda", "Atlantic", "Gershwin", "Nobel",
-                                                                "1954"]))  # one wrong, so the means are not all ones
+    answers = dict(
+        zip([r["question"] for r in GAIA + FRAMES], ["Luanda", "Atlantic", "Gershwin", "Nobel", "1954"])
+    )  # one wrong, so the means are not all ones
     model = ScriptedModel(AutoTokenizer.from_pretrained(tiny_model), answers)
     with serve_app(model.app) as url:
         model.url = url
@@ -38,8 +43,12 @@ def test_layout_reads_jsonl_then_json_array_named_by_folder(tmp_path):
     (tmp_path / "Frames" / "test.json").write_text(json.dumps(FRAMES, indent=2))
     items = load_datasets([], named=asearcher_layout(tmp_path, "GAIA, Frames,"))
     assert [(r["dataset"], r["id"], r["golden_answers"]) for r in items] == [
-        ("GAIA", "0", ["Luanda"]), ("GAIA", "1", ["Atlantic"]),
-        ("Frames", "0", ["Gershwin"]), ("Frames", "1", ["Nobel", "Nobel Prize"]), ("Frames", "2", ["1955"])]
+        ("GAIA", "0", ["Luanda"]),
+        ("GAIA", "1", ["Atlantic"]),
+        ("Frames", "0", ["Gershwin"]),
+        ("Frames", "1", ["Nobel", "Nobel Prize"]),
+        ("Frames", "2", ["1955"]),
+    ]
     # --split picks another file name in every folder.
     write_jsonl(tmp_path / "GAIA" / "dev.jsonl", GAIA[:1])
     assert len(load_datasets([], named=asearcher_layout(tmp_path, "GAIA", split="dev"))) == 1
@@ -69,13 +78,38 @@ def test_layout_errors_name_what_is_missing(tmp_path):
 def run_cli_eval(tmp_path, model, out, *args, k=2):
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("agent:\n  agent_type: search-r1\n  max_turns: 2\n")
-    return subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "eval", *args, "--k", str(k),
-                           "--out", str(out),
-                           "--agent-config", str(cfg), "--kb-url", f"http://127.0.0.1:{free_port()}",
-                           "--base-url", f"{model.url}/v1", "--model", "scripted", "--tokenizer",
-                           str(model.tokenizer.name_or_path), "--max-length", "1024", "--concurrency", "2",
-                           "--temperature", "0.6"],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asearcher_plugin.cli",
+            "eval",
+            *args,
+            "--k",
+            str(k),
+            "--out",
+            str(out),
+            "--agent-config",
+            str(cfg),
+            "--kb-url",
+            f"http://127.0.0.1:{free_port()}",
+            "--base-url",
+            f"{model.url}/v1",
+            "--model",
+            "scripted",
+            "--tokenizer",
+            str(model.tokenizer.name_or_path),
+            "--max-length",
+            "1024",
+            "--concurrency",
+            "2",
+            "--temperature",
+            "0.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_eval_in_asearcher_layout_counts_each_dataset_and_writes_its_aggregate(tmp_path, model_server):
@@ -95,7 +129,8 @@ def test_eval_in_asearcher_layout_counts_each_dataset_and_writes_its_aggregate(t
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert sorted((r["dataset"], r["id"], r["seed"]) for r in rows) == sorted(
         [("GAIA", str(i), s) for i in range(2) for s in (0, 1)]
-        + [("Frames", str(i), s) for i in range(3) for s in (0, 1)])
+        + [("Frames", str(i), s) for i in range(3) for s in (0, 1)]
+    )
 
     # ASearcher's per-run aggregate, beside metrics.json, keyed by dataset.
     agg = json.loads((out / "aggregate_results_search-r1_search-r1_async-search-access_t0.6.json").read_text())
@@ -110,8 +145,21 @@ def test_eval_in_asearcher_layout_counts_each_dataset_and_writes_its_aggregate(t
 
 
 def test_eval_refuses_half_the_layout_flags(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "eval", "--data-dir", str(tmp_path),
-                           "--base-url", "http://127.0.0.1:1/v1"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asearcher_plugin.cli",
+            "eval",
+            "--data-dir",
+            str(tmp_path),
+            "--base-url",
+            "http://127.0.0.1:1/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--data-dir and --data-names go together" in done.stderr
 
 
@@ -125,15 +173,22 @@ CORPUS = [
 ]
 WEBPAGES = [
     # page text only, no title line
-    {"url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
-     "contents": "Beveridge is a town in Victoria, Australia.\nIt lies north of Melbourne.\n"
-                 "Ned Kelly grew up there."},
+    {
+        "url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
+        "contents": "Beveridge is a town in Victoria, Australia.\nIt lies north of Melbourne.\n"
+        "Ned Kelly grew up there.",
+    },
     # a title line first, then text, and a field of its own
-    {"url": "https://en.wikipedia.org/w/index.php?title=Ned%20Kelly", "id": "wp-2",
-     "contents": "Ned Kelly\nNed Kelly was an Australian bushranger.\n\nHe was executed in 1880."},
+    {
+        "url": "https://en.wikipedia.org/w/index.php?title=Ned%20Kelly",
+        "id": "wp-2",
+        "contents": "Ned Kelly\nNed Kelly was an Australian bushranger.\n\nHe was executed in 1880.",
+    },
     # a first line that only looks like a title
-    {"url": "https://en.wikipedia.org/w/index.php?title=Kwanza%20River",
-     "contents": "Kwanza\nThe Kwanza is a river in Angola."},
+    {
+        "url": "https://en.wikipedia.org/w/index.php?title=Kwanza%20River",
+        "contents": "Kwanza\nThe Kwanza is a river in Angola.",
+    },
 ]
 
 
@@ -156,26 +211,36 @@ def test_e5_preset_settings_and_a_local_model_folder(tmp_path):
     from local_retriever.encoder import Encoder, EncoderConfig, default_encoder_path
 
     cfg = EncoderConfig.from_options("e5-base-v2")
-    assert (cfg.model, cfg.pooling, cfg.query_prefix, cfg.passage_prefix) == ("intfloat/e5-base-v2", "mean", "query: ",
-                                                                              "passage: ")
+    assert (cfg.model, cfg.pooling, cfg.query_prefix, cfg.passage_prefix) == (
+        "intfloat/e5-base-v2",
+        "mean",
+        "query: ",
+        "passage: ",
+    )
     assert EncoderConfig.from_options("e5-base-v2", query_prefix="").query_prefix == ""  # explicit options win
     assert EncoderConfig.from_options("all-MiniLM-L6-v2").query_prefix == ""
     # ASearcher's scripts point at a local folder named after the model.
     local = tmp_path / "intfloat__e5-base-v2"
     local.symlink_to(default_encoder_path(), target_is_directory=True)
     cfg = EncoderConfig.from_options(str(local))
-    assert (cfg.model, cfg.pooling, cfg.query_prefix, cfg.passage_prefix) == (str(local), "mean", "query: ",
-                                                                              "passage: ")
+    assert (cfg.model, cfg.pooling, cfg.query_prefix, cfg.passage_prefix) == (
+        str(local),
+        "mean",
+        "query: ",
+        "passage: ",
+    )
     assert EncoderConfig.from_options("/models/anything", "e5").passage_prefix == "passage: "
     with pytest.raises(ValueError, match="unknown encoder preset 'e6'"):
         EncoderConfig.from_options(str(local), "e6")
     # The prefixes reach the model: a preset query equals the prefixed text without one.
     with_preset = Encoder(cfg, device="cpu")
     plain = Encoder(EncoderConfig(model=str(local), pooling="mean"), device="cpu")
-    np.testing.assert_allclose(with_preset.encode(["Ned Kelly"], "query"), plain.encode(["query: Ned Kelly"]),
-                               atol=1e-5)
-    np.testing.assert_allclose(with_preset.encode(["Ned Kelly"], "passage"), plain.encode(["passage: Ned Kelly"]),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        with_preset.encode(["Ned Kelly"], "query"), plain.encode(["query: Ned Kelly"]), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        with_preset.encode(["Ned Kelly"], "passage"), plain.encode(["passage: Ned Kelly"]), atol=1e-5
+    )
 
 
 def test_kb_from_asearcher_files_served_and_found_by_its_clients(tmp_path):
@@ -191,17 +256,50 @@ def test_kb_from_asearcher_files_served_and_found_by_its_clients(tmp_path):
     model = tmp_path / "intfloat__e5-base-v2"
     model.symlink_to(default_encoder_path(), target_is_directory=True)
     kb = tmp_path / "kb"
-    built = subprocess.run([sys.executable, "-m", "local_retriever.cli", "build", str(corpus), "--out", str(kb), "--pages",
-                            str(pages), "--encoder", str(model), "--no-bm25"], capture_output=True, text=True,
-                           timeout=600)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "local_retriever.cli",
+            "build",
+            str(corpus),
+            "--out",
+            str(kb),
+            "--pages",
+            str(pages),
+            "--encoder",
+            str(model),
+            "--no-bm25",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     encoder = json.loads((kb / "manifest.json").read_text())["encoder"]
     assert (encoder["pooling"], encoder["query_prefix"], encoder["passage_prefix"]) == ("mean", "query: ", "passage: ")
 
     addr_dir, port = tmp_path / "rag_addr", free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "local_retriever.cli", "serve", str(kb), "--host", "127.0.0.1",
-                             "--port", str(port), "--save-address-to", str(addr_dir), "--threads", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "local_retriever.cli",
+            "serve",
+            str(kb),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save-address-to",
+            str(addr_dir),
+            "--threads",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     addr_file = addr_dir / f"Host127.0.0.1_IP{port}.txt"
     try:
         _wait_for(addr_file, proc, "kb serve")
@@ -209,16 +307,21 @@ def test_kb_from_asearcher_files_served_and_found_by_its_clients(tmp_path):
         servers = [line for f in glob.glob(str(addr_dir) + "/Host*_IP*.txt") for line in open(f).readlines()]
         assert servers == [f"127.0.0.1:{port}"]
         base = f"http://{servers[0]}"
-        hits = httpx.post(f"{base}/retrieve", json={"queries": ["Which bushranger wore armour?"], "topk": 4,
-                                                    "return_scores": False}, timeout=60).json()["result"][0]
+        hits = httpx.post(
+            f"{base}/retrieve",
+            json={"queries": ["Which bushranger wore armour?"], "topk": 4, "return_scores": False},
+            timeout=60,
+        ).json()["result"][0]
         assert {h["title"] for h in hits} == {"Beveridge, Victoria", "Ned Kelly", "Kwanza River"}
         assert all(h["contents"] and h["url"].startswith("https://en.wikipedia.org/") for h in hits)
 
-        urls = ["https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",  # as stored
-                "https://en.wikipedia.org/w/index.php/Ned%20Kelly",  # ASearcher's index.php/ form
-                "https://en.wikipedia.org/wiki/Kwanza_River",  # a search hit's URL
-                "https://de.wikipedia.org/wiki/Ned_Kelly",  # another language's Wikipedia
-                "https://en.wikipedia.org/wiki/Nowhere"]
+        urls = [
+            "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",  # as stored
+            "https://en.wikipedia.org/w/index.php/Ned%20Kelly",  # ASearcher's index.php/ form
+            "https://en.wikipedia.org/wiki/Kwanza_River",  # a search hit's URL
+            "https://de.wikipedia.org/wiki/Ned_Kelly",  # another language's Wikipedia
+            "https://en.wikipedia.org/wiki/Nowhere",
+        ]
         got = httpx.post(f"{base}/access", json={"urls": urls}, timeout=60).json()["result"]
         assert got[3] is None and got[4] is None
         for page, row, title in zip(got, WEBPAGES, ["Beveridge, Victoria", "Ned Kelly", "Kwanza River"]):

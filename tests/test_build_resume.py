@@ -104,8 +104,12 @@ def _snapshot(kb: Path) -> dict:
 
 
 def _crash(corpus: Path, out: Path, target: str, when: str, nth: int = 1, match: str = "", extra=()) -> None:
-    proc = subprocess.run([sys.executable, "-c", CHILD, target, when, str(nth), match, *_argv(corpus, out), *extra],
-                          cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, target, when, str(nth), match, *_argv(corpus, out), *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == -9, f"the build was not killed at {target} ({when}): {proc.returncode}\n{proc.stderr}"
 
 
@@ -172,8 +176,10 @@ def test_changed_index_options_are_not_served_from_an_old_stage(corpus, tmp_path
 def test_an_edited_pages_file_is_ingested_again(corpus, tmp_path):
     """The page store depends on `--pages` too: a resume after that file changed must not keep the old pages."""
     pages = tmp_path / "pages.jsonl"
-    pages.write_text(json.dumps({"url": "https://en.wikipedia.org/wiki/Zebra", "title": "Zebra",
-                                 "contents": "Zebra\nold text"}) + "\n")
+    pages.write_text(
+        json.dumps({"url": "https://en.wikipedia.org/wiki/Zebra", "title": "Zebra", "contents": "Zebra\nold text"})
+        + "\n"
+    )
     out = tmp_path / "kb_out"
     _crash(corpus, out, *ALL_STAGES_DONE, extra=["--pages", str(pages), "--no-dense"])
     pages.write_text(pages.read_text().replace("old text", "the new, longer text"))

@@ -23,8 +23,10 @@ def flat(text: str) -> str:
 
 def test_build_reports_skipped_lines_and_strict_fails_with_line_number(tmp_path):
     src = tmp_path / "corpus.jsonl"
-    src.write_text('{"id": "0", "contents": "\\"Luanda\\"\\nLuanda is the capital of Angola."}\n{broken\n'
-                   '{"id": "1", "title": "Oslo", "text": "Oslo is the capital of Norway."}\n')
+    src.write_text(
+        '{"id": "0", "contents": "\\"Luanda\\"\\nLuanda is the capital of Angola."}\n{broken\n'
+        '{"id": "1", "title": "Oslo", "text": "Oslo is the capital of Norway."}\n'
+    )
     ok = run("kb", "build", str(src), "--out", str(tmp_path / "kb"), "--no-dense")
     assert ok.returncode == 0, ok.stderr
     assert "skipped_lines" in ok.stderr and "corpus.jsonl:2: invalid JSON" in ok.stderr
@@ -42,12 +44,15 @@ def test_serve_refuses_bad_arguments_clearly(tmp_path):
     assert bad.returncode == 2 and "'magic' is not one of 'dense', 'bm25', 'hybrid'" in flat(bad.stderr)
 
 
-@pytest.mark.parametrize("command, typo", [
-    (["kb", "quickstart", "--retriever", "hybird", "--port", "1"], "hybird"),
-    (["kb", "build", "sample", "--format", "jsonx"], "jsonx"),
-    (["kb", "build", "sample", "--encoder-preset", "e6"], "e6"),
-    (["kb", "build", "sample", "--pooling", "max"], "max"),
-])
+@pytest.mark.parametrize(
+    "command, typo",
+    [
+        (["kb", "quickstart", "--retriever", "hybird", "--port", "1"], "hybird"),
+        (["kb", "build", "sample", "--format", "jsonx"], "jsonx"),
+        (["kb", "build", "sample", "--encoder-preset", "e6"], "e6"),
+        (["kb", "build", "sample", "--pooling", "max"], "max"),
+    ],
+)
 def test_a_typo_in_a_choice_is_refused_before_any_work(tmp_path, command, typo):
     out = tmp_path / "kb"
     result = run(*command, "--out", str(out), timeout=120)
@@ -101,8 +106,9 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
     import shutil
 
     shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
-    out = run("quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1",
-              timeout=900)
+    out = run(
+        "quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rollout = (tmp_path / "rollout" / "trajectories.jsonl").read_text().splitlines()
     assert len(rollout) == 3 * 2 * 2
@@ -114,8 +120,20 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
     recipe = "cpu_tiny"  # the packaged recipe, by name
     hide = "import sys; sys.modules.update(dict.fromkeys(['openrlhf', 'vllm', 'deepspeed'])); "  # as if not installed
-    out = subprocess.run([sys.executable, "-c", hide + "from asearcher_plugin.cli import main; main()",
-                          "train", str(recipe), "--dry-run"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            hide + "from asearcher_plugin.cli import main; main()",
+            "train",
+            str(recipe),
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert [line for line in out.stderr.splitlines() if "pip install 'asearcher-plugin[train]'" in line], out.stderr
 
@@ -130,8 +148,9 @@ def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, ca
     with pytest.raises(SystemExit) as exit_:
         cli.main()
     assert exit_.value.code == 2
-    assert capsys.readouterr().err == ("error: vllm is not installed; it comes with the [train] extra: "
-                                       "pip install 'asearcher-plugin[train]'\n")
+    assert capsys.readouterr().err == (
+        "error: vllm is not installed; it comes with the [train] extra: pip install 'asearcher-plugin[train]'\n"
+    )
 
     def broken_install():
         raise ModuleNotFoundError("No module named 'faiss'", name="faiss")
@@ -147,19 +166,27 @@ def test_eval_set_overrides_the_agent_config_and_is_validated():
     base = AgentConfig(max_turns=4)
     cfg = override_agent_config(base, ["agent.max_turns=16", "agent.tools.local.urls=[http://a:1, http://b:2]"])
     assert cfg.max_turns == 16 and cfg.tools.local.urls == ["http://a:1", "http://b:2"] and base.max_turns == 4
-    for item, problem in [("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
-                          ("agent.max_trns=3", "max_trns: Extra inputs are not permitted"),
-                          ("scheduler.max_staleness=2", "only agent.* keys apply here"),
-                          ("agent.max_turns", "--set expects key=value")]:
+    for item, problem in [
+        ("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
+        ("agent.max_trns=3", "max_trns: Extra inputs are not permitted"),
+        ("scheduler.max_staleness=2", "only agent.* keys apply here"),
+        ("agent.max_turns", "--set expects key=value"),
+    ]:
         with pytest.raises(ConfigError, match=problem):
             override_agent_config(base, [item])
 
 
-@pytest.mark.parametrize("item, problem", [("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
-                                           ("agent.tools.topk=0", "tools.topk: Input should be greater than")])
+@pytest.mark.parametrize(
+    "item, problem",
+    [
+        ("agent.max_turns=abc", "max_turns: Input should be a valid integer"),
+        ("agent.tools.topk=0", "tools.topk: Input should be greater than"),
+    ],
+)
 def test_eval_refuses_a_bad_set_before_loading_anything(tmp_path, item, problem):
-    out = run("eval", "--hf-model", str(tmp_path / "no-model"), "--set", item, "--out", str(tmp_path / "eval"),
-              timeout=120)
+    out = run(
+        "eval", "--hf-model", str(tmp_path / "no-model"), "--set", item, "--out", str(tmp_path / "eval"), timeout=120
+    )
     assert out.returncode == 2 and problem in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert not (tmp_path / "eval").exists()
 
@@ -169,10 +196,29 @@ def test_eval_set_is_applied_to_the_run(tmp_path, model_server):  # noqa: F811 (
 
     data = write_jsonl(tmp_path / "gaia.jsonl", GAIA)
     out = tmp_path / "eval"
-    done = run("eval", "--dataset", str(data), "--out", str(out), "--set", "agent.agent_type=asearcher",
-               "--set", "agent.max_turns=2", "--kb-url", f"http://127.0.0.1:{free_port()}",
-               "--base-url", f"{model_server.url}/v1", "--model", "scripted", "--tokenizer",
-               str(model_server.tokenizer.name_or_path), "--max-length", "1024", "--concurrency", "2")
+    done = run(
+        "eval",
+        "--dataset",
+        str(data),
+        "--out",
+        str(out),
+        "--set",
+        "agent.agent_type=asearcher",
+        "--set",
+        "agent.max_turns=2",
+        "--kb-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--base-url",
+        f"{model_server.url}/v1",
+        "--model",
+        "scripted",
+        "--tokenizer",
+        str(model_server.tokenizer.name_or_path),
+        "--max-length",
+        "1024",
+        "--concurrency",
+        "2",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     # the ASearcher-style aggregate file is named after the agent type the run used
     assert (out / "aggregate_results_asearcher_asearcher_async-search-access_t0.6.json").is_file()
@@ -192,6 +238,10 @@ def test_every_option_and_argument_of_every_command_has_help():
 
     found = dict(commands(typer.main.get_command(app), []))
     assert {"kb build", "kb serve", "kb query", "kb quickstart", "synth", "eval", "train", "rollout"} <= set(found)
-    bare = [f"{name} {p.name}" for name, cmd in found.items() for p in cmd.params
-            if not getattr(p, "hidden", False) and not getattr(p, "help", None) and p.name != "help"]
+    bare = [
+        f"{name} {p.name}"
+        for name, cmd in found.items()
+        for p in cmd.params
+        if not getattr(p, "hidden", False) and not getattr(p, "help", None) and p.name != "help"
+    ]
     assert bare == []

@@ -7,8 +7,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from local_retriever.client import (RetrievalClient, RetrievalError, RetrievalRequestError, RetrievalServerError,
-                                    RetrievalUnavailable, parse_urls)
+from local_retriever.client import (
+    RetrievalClient,
+    RetrievalError,
+    RetrievalRequestError,
+    RetrievalServerError,
+    RetrievalUnavailable,
+    parse_urls,
+)
 from tests.http_helpers import free_port, serve_app
 
 
@@ -31,7 +37,9 @@ def fake_kb(name: str, fail_first: int = 0, status: int = 503, delay: float = 0.
     @app.post("/access")
     async def access(body: dict):
         app.state.hits += 1
-        return {"result": [{"url": u, "title": name, "contents": "page"} if u != "missing" else None for u in body["urls"]]}
+        return {
+            "result": [{"url": u, "title": name, "contents": "page"} if u != "missing" else None for u in body["urls"]]
+        }
 
     @app.get("/health")
     async def health():
@@ -190,9 +198,12 @@ async def test_poison_requests_keep_both_real_replicas_up(hybrid_kb):
     from local_retriever.server import ServerLimits, build_app, uvicorn_options
 
     limits = ServerLimits()
-    with serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ua, \
-            serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ub:
+    with (
+        serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ua,
+        serve_app(build_app(hybrid_kb, limits), **uvicorn_options(limits)) as ub,
+    ):
         async with RetrievalClient([ua, ub], backoff=0.01) as client:
+
             async def good(i):
                 return await client.retrieve([f"Angola {i}"], 2)
 

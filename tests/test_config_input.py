@@ -57,13 +57,19 @@ def test_duplicate_keys_are_an_error_naming_the_key_and_both_lines():
     assert load_yaml("base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  x: 3\n")["derived"] == {"x": 3, "y": 2}
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"agent:\n  max_turns: 4\n  max_turns: 8\n", r":3: duplicate key 'max_turns' \(lines 2 and 3\)"),
-    (b"agent:\n  max_turns: 4\n# caf\xe9\n", r":3: not UTF-8 text \(byte 0xe9"),
-    (b"agent:\n  max_turns: [4\n  agent_type: x\n", r":3:13: not valid YAML: while parsing a flow sequence; expected"),
-    (b"agent: {max_turns: 4\n", r":2:1: not valid YAML"),
-    (b"agent:\n\tmax_turns: 4\n", r":2:1: not valid YAML: .*'\\t' that cannot start any token"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"agent:\n  max_turns: 4\n  max_turns: 8\n", r":3: duplicate key 'max_turns' \(lines 2 and 3\)"),
+        (b"agent:\n  max_turns: 4\n# caf\xe9\n", r":3: not UTF-8 text \(byte 0xe9"),
+        (
+            b"agent:\n  max_turns: [4\n  agent_type: x\n",
+            r":3:13: not valid YAML: while parsing a flow sequence; expected",
+        ),
+        (b"agent: {max_turns: 4\n", r":2:1: not valid YAML"),
+        (b"agent:\n\tmax_turns: 4\n", r":2:1: not valid YAML: .*'\\t' that cannot start any token"),
+    ],
+)
 def test_bad_files_give_one_line_naming_file_and_line(tmp_path, monkeypatch, content, expected):
     path = tmp_path / "config.yaml"
     path.write_bytes(content)
@@ -108,18 +114,25 @@ def test_set_values_are_parsed_strictly():
     assert parse_assignment("agent.max_turns=4") == ("agent.max_turns", 4)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("scheduler.max_concurrent=abc", "scheduler.max_concurrent: Input should be a valid integer"),
-    ("scheduler.max_concurrent=0", "scheduler.max_concurrent: Input should be greater than or equal to 1"),
-    ("scheduler.max_concurrent=-3", "scheduler.max_concurrent: Input should be greater than or equal to 1"),
-    ("scheduler.max_concurent=4", "scheduler.max_concurent: Extra inputs are not permitted"),
-    ("agent.max_turn=4", "agent.max_turn: Extra inputs are not permitted"),
-    ("schedular.max_concurrent=4", "unknown section(s) ['schedular']"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("scheduler.max_concurrent=abc", "scheduler.max_concurrent: Input should be a valid integer"),
+        ("scheduler.max_concurrent=0", "scheduler.max_concurrent: Input should be greater than or equal to 1"),
+        ("scheduler.max_concurrent=-3", "scheduler.max_concurrent: Input should be greater than or equal to 1"),
+        ("scheduler.max_concurent=4", "scheduler.max_concurent: Extra inputs are not permitted"),
+        ("agent.max_turn=4", "agent.max_turn: Extra inputs are not permitted"),
+        ("schedular.max_concurrent=4", "unknown section(s) ['schedular']"),
+    ],
+)
 def test_train_dry_run_refuses_bad_scheduler_values_and_typos(override, message):
-    proc = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "train", str(RECIPE), "--dry-run",
-                           "--set", override], capture_output=True, text=True, cwd=ROOT,
-                          env={k: v for k, v in os.environ.items() if k not in (RUN_CONFIG_ENV, CONFIG_ENV)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "train", str(RECIPE), "--dry-run", "--set", override],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in (RUN_CONFIG_ENV, CONFIG_ENV)},
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 

@@ -14,10 +14,18 @@ from local_retriever.manifest import Manifest
 ROWS_A = [
     {"id": "0", "contents": '"Luanda"\nLuanda is the capital and largest city of Angola, on the Atlantic coast.'},
     {"id": "1", "contents": "Albert Einstein\nAlbert Einstein was a theoretical physicist who developed relativity."},
-    {"id": "2", "contents": '"Albert Einstein"\nIn 1921 he received the Nobel Prize in Physics for the photoelectric effect.'},
+    {
+        "id": "2",
+        "contents": '"Albert Einstein"\nIn 1921 he received the Nobel Prize in Physics for the photoelectric effect.',
+    },
 ]
 ROWS_B = [
-    {"id": "a", "title": "Atlantic Ocean", "text": "The Atlantic is the second-largest ocean.", "url": "https://example.org/atlantic"},
+    {
+        "id": "a",
+        "title": "Atlantic Ocean",
+        "text": "The Atlantic is the second-largest ocean.",
+        "url": "https://example.org/atlantic",
+    },
     {"id": "b", "title": "Algorithm", "text": "An algorithm is a finite sequence of instructions."},
 ]
 
@@ -67,8 +75,10 @@ def test_malformed_lines_are_counted_or_fatal(tmp_path):
     src = write_jsonl(tmp_path / "c.jsonl", ROWS_A[:2], extra_lines=bad)
     manifest, report = build_kb(src, tmp_path / "kb", opts=small_opts(dense=False))
     assert manifest.passages == 2 and manifest.skipped_lines == 4
-    assert report.errors[0].endswith("c.jsonl:3: invalid JSON (unexpected character: line 1 column 2 (char 1))") \
+    assert (
+        report.errors[0].endswith("c.jsonl:3: invalid JSON (unexpected character: line 1 column 2 (char 1))")
         or ":3: invalid JSON" in report.errors[0]
+    )
     assert ":4: needs 'contents'" in report.errors[1]
 
     with pytest.raises(MalformedLine) as err:

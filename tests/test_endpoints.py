@@ -11,8 +11,15 @@ from pydantic import ValidationError
 
 from asearcher_plugin.config import JudgeConfig, load_config
 from data_synth.config import load_synth_config
-from local_retriever.endpoints import (BadReply, EndpointConfig, EndpointRefused, EndpointServerError,
-                                       EndpointUnavailable, MultiURLClient, URLPool)
+from local_retriever.endpoints import (
+    BadReply,
+    EndpointConfig,
+    EndpointRefused,
+    EndpointServerError,
+    EndpointUnavailable,
+    MultiURLClient,
+    URLPool,
+)
 from tests.http_helpers import free_port, serve_app
 
 
@@ -46,6 +53,7 @@ async def post(client: MultiURLClient, n: int = 1, **kw):
 def test_failover_across_two_servers_and_cooldown():
     a, b = scripted("a", [503] * 100), scripted("b")
     with serve_app(a) as ua, serve_app(b) as ub:
+
         async def go():
             async with MultiURLClient([f"{ua}/v1", f"{ub}/v1/"], "test", backoff=0.01, cooldown=60) as client:
                 replies = await post(client, 6)
@@ -61,6 +69,7 @@ def test_failover_across_two_servers_and_cooldown():
 def test_load_is_shared_by_healthy_servers():
     a, b = scripted("a"), scripted("b")
     with serve_app(a) as ua, serve_app(b) as ub:
+
         async def go():
             async with MultiURLClient([f"{ua}/v1", f"{ub}/v1"], "test") as client:
                 return await asyncio.gather(*(client.post_json("/echo", {"i": i}) for i in range(20)))
@@ -72,6 +81,7 @@ def test_load_is_shared_by_healthy_servers():
 def test_429_is_retried_with_backoff_on_the_only_server():
     busy = scripted("busy", [429, 429])
     with serve_app(busy) as url:
+
         async def go():
             async with MultiURLClient(f"{url}/v1", "test", retries=3, backoff=0.01) as client:
                 return (await post(client))[0], client.stats()
@@ -84,6 +94,7 @@ def test_429_is_retried_with_backoff_on_the_only_server():
 def test_a_4xx_raises_at_once_and_cools_nothing_down():
     strict, good = scripted("strict", [422]), scripted("good")
     with serve_app(strict) as us, serve_app(good) as ug:
+
         async def go():
             # a fresh pool breaks the first tie towards its first URL: the strict server
             async with MultiURLClient([f"{us}/v1", f"{ug}/v1"], "test", backoff=0.01) as client:
@@ -96,15 +107,19 @@ def test_a_4xx_raises_at_once_and_cools_nothing_down():
     assert strict.state.hits == 1 and good.state.hits == 0 and down == [] and stats["errors"] == {}
 
 
-@pytest.mark.parametrize("replies,error,hits,cooled", [
-    ([500, 500], EndpointServerError, 2, False),  # a 500 is retried once and marks nothing down
-    ([502] * 9, EndpointUnavailable, 3, True),
-    ([504] * 9, EndpointUnavailable, 3, True),
-    (["text"] * 9, EndpointUnavailable, 3, True),  # a reply that is not JSON: the server cannot serve now
-])
+@pytest.mark.parametrize(
+    "replies,error,hits,cooled",
+    [
+        ([500, 500], EndpointServerError, 2, False),  # a 500 is retried once and marks nothing down
+        ([502] * 9, EndpointUnavailable, 3, True),
+        ([504] * 9, EndpointUnavailable, 3, True),
+        (["text"] * 9, EndpointUnavailable, 3, True),  # a reply that is not JSON: the server cannot serve now
+    ],
+)
 def test_error_classes(replies, error, hits, cooled):
     app = scripted("s", replies)
     with serve_app(app) as url:
+
         async def go():
             async with MultiURLClient(f"{url}/v1", "test server", retries=2, backoff=0.01) as client:
                 with pytest.raises(error) as err:
@@ -134,6 +149,7 @@ def test_dead_server_and_rejected_replies():
 
     app = scripted("s")
     with serve_app(app) as url:
+
         async def go():
             async with MultiURLClient(url + "/v1", "test", retries=2, backoff=0.01) as client:
                 with pytest.raises(EndpointUnavailable, match="no verdict in it") as err:

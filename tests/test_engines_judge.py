@@ -29,12 +29,17 @@ def test_hf_engine_contract(engine):
     assert again.token_ids == out.token_ids
     word = engine.tokenizer.decode(out.token_ids[2:4])
     if word.strip():
-        stopped = asyncio.run(engine.generate(ids, SamplingParams(temperature=0.0, max_tokens=12, stop=[word],
-                                                                   include_stop_str_in_output=True))).outputs[0]
+        stopped = asyncio.run(
+            engine.generate(
+                ids, SamplingParams(temperature=0.0, max_tokens=12, stop=[word], include_stop_str_in_output=True)
+            )
+        ).outputs[0]
         assert stopped.finish_reason == "stop" and stopped.text.endswith(word) and len(stopped.token_ids) <= 4
         cut = asyncio.run(engine.generate(ids, SamplingParams(temperature=0.0, max_tokens=12, stop=[word]))).outputs[0]
         assert not cut.text.endswith(word)
-    sampled = asyncio.run(engine.generate(ids, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=8, seed=3)))
+    sampled = asyncio.run(
+        engine.generate(ids, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=8, seed=3))
+    )
     assert 1 <= len(sampled.outputs[0].token_ids) <= 8
 
 
@@ -50,16 +55,27 @@ def completions_server(engine: HFEngine, fail_first: int = 0):
             from fastapi.responses import JSONResponse
 
             return JSONResponse({"error": "overloaded"}, status_code=503)
-        params = SamplingParams(temperature=body["temperature"], top_p=body["top_p"], max_tokens=body["max_tokens"],
-                                stop=body.get("stop"), include_stop_str_in_output=body.get("include_stop_str_in_output", False),
-                                logprobs=body.get("logprobs"))
+        params = SamplingParams(
+            temperature=body["temperature"],
+            top_p=body["top_p"],
+            max_tokens=body["max_tokens"],
+            stop=body.get("stop"),
+            include_stop_str_in_output=body.get("include_stop_str_in_output", False),
+            logprobs=body.get("logprobs"),
+        )
         out = (await engine.generate(body["prompt"], params)).outputs[0]
         logprobs = None
         if body.get("logprobs"):
-            logprobs = {"tokens": [f"token_id:{t}" for t in out.token_ids],
-                        "token_logprobs": [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)]}
-        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
-                "choices": [{"index": 0, "text": out.text, "finish_reason": out.finish_reason, "logprobs": logprobs}]}
+            logprobs = {
+                "tokens": [f"token_id:{t}" for t in out.token_ids],
+                "token_logprobs": [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs)],
+            }
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "text": out.text, "finish_reason": out.finish_reason, "logprobs": logprobs}],
+        }
 
     return app
 
@@ -82,7 +98,8 @@ def test_openai_engine_against_a_served_model(engine):
     # Same model, greedy: the served tokens are exactly the in-process ones, after a dead URL and a 503.
     assert out.token_ids == local.token_ids and out.text == local.text
     assert [next(iter(d.values())).logprob for d in out.logprobs] == pytest.approx(
-        [lp[t].logprob for t, lp in zip(local.token_ids, local.logprobs)], abs=1e-5)
+        [lp[t].logprob for t, lp in zip(local.token_ids, local.logprobs)], abs=1e-5
+    )
 
     async def all_dead():
         eng = OpenAIEngine([dead], "tiny", engine.tokenizer, retries=1)

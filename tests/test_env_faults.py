@@ -56,8 +56,10 @@ def web_app():
     async def search(request: Request):
         body = await request.json()
         app.state.queries.append(body["q"])
-        organic = [{"title": f"Result {i} for {body['q']}", "link": f"https://example.org/{i}", "snippet": f"snippet {i}"}
-                   for i in range(body["num"])]
+        organic = [
+            {"title": f"Result {i} for {body['q']}", "link": f"https://example.org/{i}", "snippet": f"snippet {i}"}
+            for i in range(body["num"])
+        ]
         return {"searchParameters": {"q": body["q"]}, "organic": organic}
 
     @app.post("/search-html")
@@ -140,7 +142,9 @@ class ScriptedEngine:
         elif ending == "length":
             finish = "length"
         logprobs = [{t: Logprob(-1.0)} for t in ids] if sampling_params.logprobs is not None else None
-        return RequestOutput("r", list(prompt_token_ids), [CompletionOutput(0, text, ids, finish, stop_reason, logprobs)])
+        return RequestOutput(
+            "r", list(prompt_token_ids), [CompletionOutput(0, text, ids, finish, stop_reason, logprobs)]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -184,13 +188,18 @@ def test_judge_outcomes_batch_into_one_experience(tokenizer, kb_server):
     params = SamplingParams(temperature=1.0, max_tokens=None, logprobs=1)
 
     async def run(judge_url, script):
-        return await executor(judge_url).execute("Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer,
-                                                 ScriptedEngine(tokenizer, script))
+        return await executor(judge_url).execute(
+            "Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer, ScriptedEngine(tokenizer, script)
+        )
 
     with serve_app(judge_app(200)) as ok, serve_app(judge_app(500)) as failing:
         down = f"http://127.0.0.1:{free_port()}/v1"
-        responses = [asyncio.run(run(f"{ok}/v1", answer)), asyncio.run(run(f"{failing}/v1", answer)),
-                     asyncio.run(run(down, answer)), asyncio.run(run(f"{ok}/v1", no_answer))]
+        responses = [
+            asyncio.run(run(f"{ok}/v1", answer)),
+            asyncio.run(run(f"{failing}/v1", answer)),
+            asyncio.run(run(down, answer)),
+            asyncio.run(run(f"{ok}/v1", no_answer)),
+        ]
 
     logs = [r["extra_logs"] for r in responses]
     assert all(set(x) == set(logs[0]) for x in logs), [sorted(x) for x in logs]
@@ -229,8 +238,13 @@ def test_check_url_refuses_malformed_urls(url):
 
 def test_malformed_urls_and_bad_redirects_become_feedback(web):
     url, config = web
-    targets = BAD_URLS + [f"{url}/to-bad-port", f"{url}/to-bad-ipv6", f"{url}/to-bad-idn",
-                          "http://127.0.0.1:99999/", "http://127.0.0.1:abc/"]
+    targets = BAD_URLS + [
+        f"{url}/to-bad-port",
+        f"{url}/to-bad-ipv6",
+        f"{url}/to-bad-idn",
+        "http://127.0.0.1:99999/",
+        "http://127.0.0.1:abc/",
+    ]
 
     async def run():
         box = make_toolbox(config)
@@ -256,7 +270,9 @@ def search_through(web, route: str) -> dict:
 
     async def run():
         box = make_toolbox(config)
-        result = await AgentInstance(config, box).step({"action_text": "<search>capital of Angola</search>", "label": "x"})
+        result = await AgentInstance(config, box).step(
+            {"action_text": "<search>capital of Angola</search>", "label": "x"}
+        )
         await box.aclose()
         return result
 
@@ -359,11 +375,20 @@ def model_outputs(urls):
     )
     return st.one_of(
         st.lists(pieces, max_size=12).map("".join),
-        st.builds(lambda t, q: f"<{t}>{q}</{t}>", st.sampled_from(["search", "access", "answer"]), st.text(ANY_CHAR, max_size=40)),
+        st.builds(
+            lambda t, q: f"<{t}>{q}</{t}>",
+            st.sampled_from(["search", "access", "answer"]),
+            st.text(ANY_CHAR, max_size=40),
+        ),
         st.builds(lambda t, u: f"<{t}>{u}</{t}>", st.sampled_from(["access", "ACCESS"]), st.sampled_from(urls)),
-        st.builds(lambda t, n: t * n, st.sampled_from(["<search>", "<think>", "<access>x", "<search><think>", "\ud800"]),
-                  st.integers(1000, 25_000)),
-        st.builds(lambda q, n: f"<search>{q * n}</search>", st.text(ANY_CHAR, min_size=1, max_size=8), st.integers(100, 5000)),
+        st.builds(
+            lambda t, n: t * n,
+            st.sampled_from(["<search>", "<think>", "<access>x", "<search><think>", "\ud800"]),
+            st.integers(1000, 25_000),
+        ),
+        st.builds(
+            lambda q, n: f"<search>{q * n}</search>", st.text(ANY_CHAR, min_size=1, max_size=8), st.integers(100, 5000)
+        ),
     )
 
 
@@ -398,8 +423,18 @@ async def _make(config):
 
 def test_step_never_raises_web_backend(web):
     url, config = web
-    check_step_never_raises(config, BAD_URLS + [f"{url}/page", f"{url}/to-bad-port", f"{url}/to-bad-ipv6",
-                                                 f"{url}/missing", "http://127.0.0.1:99999/", "Albert Einstein"])
+    check_step_never_raises(
+        config,
+        BAD_URLS
+        + [
+            f"{url}/page",
+            f"{url}/to-bad-port",
+            f"{url}/to-bad-ipv6",
+            f"{url}/missing",
+            "http://127.0.0.1:99999/",
+            "Albert Einstein",
+        ],
+    )
 
 
 def test_step_never_raises_local_backend(kb_server):
@@ -439,9 +474,30 @@ def reference_parse(text, allowed=("search", "access", "answer")):
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(["<search>", "</search>", "<ACCESS>", "</access>", "<answer>", "</Answer>",
-                                           "<think>", "</think>", "</THINK>", " ", "x", "\n"]),
-                          st.text(max_size=3)), max_size=14).map("".join))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "<search>",
+                    "</search>",
+                    "<ACCESS>",
+                    "</access>",
+                    "<answer>",
+                    "</Answer>",
+                    "<think>",
+                    "</think>",
+                    "</THINK>",
+                    " ",
+                    "x",
+                    "\n",
+                ]
+            ),
+            st.text(max_size=3),
+        ),
+        max_size=14,
+    ).map("".join)
+)
 def test_parser_agrees_with_the_regex_grammar(text):
     kind, detail = reference_parse(text)
     action = parse_action(text)
@@ -466,6 +522,7 @@ def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
         def wrapped(*args, **kwargs):
             threads[name].add(threading.get_ident())
             return fn(*args, **kwargs)
+
         return wrapped
 
     monkeypatch.setattr(web_mod, "html_to_markdown", spy("html", web_mod.html_to_markdown))
@@ -513,21 +570,27 @@ def test_judge_cache_runs_off_the_event_loop(tmp_path, monkeypatch):
 def test_eos_without_an_action_ends_the_trajectory(tokenizer, kb_server, ending):
     config = AgentConfig(agent_type="asearcher", max_turns=8, max_new_tokens_per_turn=64)
     config.tools.local.urls = [kb_server]
-    script = [("<search>Animal Farm author</search>", "stop"), ("I think that is all there is to say.", ending),
-              ("<answer>never reached</answer>", "stop")]
+    script = [
+        ("<search>Animal Farm author</search>", "stop"),
+        ("I think that is all there is to say.", ending),
+        ("<answer>never reached</answer>", "stop"),
+    ]
     engine = ScriptedEngine(tokenizer, script)
     params = SamplingParams(temperature=1.0, logprobs=1)
-    result = asyncio.run(AgentExecutor(config).execute("Who wrote Animal Farm?", "George Orwell", params, 2048, tokenizer,
-                                                       engine))
+    result = asyncio.run(
+        AgentExecutor(config).execute("Who wrote Animal Farm?", "George Orwell", params, 2048, tokenizer, engine)
+    )
     assert len(engine.calls) == 2  # nothing was generated after the EOS
     logs = result["extra_logs"]
     assert logs["turns"] == 2 and logs["answered"] == 0 and logs["ended_without_action"] == 1.0
     assert result["reward"] == 0.0 and not result["truncated"]
     tokens, ranges = result["observation_tokens"], result["action_ranges"]
-    assert ranges[-1][1] == len(tokens) == len(result["rollout_log_probs"])  # the trajectory ends with the model's turn
+    assert (
+        ranges[-1][1] == len(tokens) == len(result["rollout_log_probs"])
+    )  # the trajectory ends with the model's turn
     if ending != "eos-openai":
         assert tokens[-1] == tokenizer.eos_token_id
-    assert "<information>" not in tokenizer.decode(tokens[ranges[-1][0]:])
+    assert "<information>" not in tokenizer.decode(tokens[ranges[-1][0] :])
 
 
 @pytest.mark.parametrize("ending", ["length", "stop-string-without-report"])
@@ -535,10 +598,15 @@ def test_turns_not_ended_by_eos_go_on(tokenizer, kb_server, ending):
     """Out of tokens mid-turn, or a stop string a server did not report: corrective feedback, then the next turn."""
     config = AgentConfig(agent_type="asearcher", max_turns=3, max_new_tokens_per_turn=64)
     config.tools.local.urls = [kb_server]
-    first = ("I should look this up", "length") if ending == "length" else ("<search>Animal Farm</search>", "eos-openai")
+    first = (
+        ("I should look this up", "length") if ending == "length" else ("<search>Animal Farm</search>", "eos-openai")
+    )
     engine = ScriptedEngine(tokenizer, [first, ("<answer>George Orwell</answer>", "stop")])
-    result = asyncio.run(AgentExecutor(config).execute("Who wrote Animal Farm?", "George Orwell", SamplingParams(), 2048,
-                                                       tokenizer, engine))
+    result = asyncio.run(
+        AgentExecutor(config).execute(
+            "Who wrote Animal Farm?", "George Orwell", SamplingParams(), 2048, tokenizer, engine
+        )
+    )
     assert len(engine.calls) == 2 and result["extra_logs"]["answered"] == 1.0
     assert result["extra_logs"]["ended_without_action"] == 0.0
 
@@ -546,12 +614,22 @@ def test_turns_not_ended_by_eos_go_on(tokenizer, kb_server, ending):
 def test_prompt_with_lone_surrogates_and_huge_turns(tokenizer, kb_server):
     config = AgentConfig(agent_type="asearcher", max_turns=3, max_new_tokens_per_turn=64)
     config.tools.local.urls = [kb_server]
-    engine = ScriptedEngine(tokenizer, [("<search>" * 3000 + "x</search>", "stop"),
-                                        ("<search>" + "word " * 5000 + "</search>", "stop"),
-                                        ("<answer>Orwell</answer>", "stop")])
-    result = asyncio.run(AgentExecutor(config).execute("Who wrote \ud800 Animal Farm?" + " very" * 20_000, "Orwell",
-                                                       SamplingParams(), 65536, tokenizer, engine))
+    engine = ScriptedEngine(
+        tokenizer,
+        [
+            ("<search>" * 3000 + "x</search>", "stop"),
+            ("<search>" + "word " * 5000 + "</search>", "stop"),
+            ("<answer>Orwell</answer>", "stop"),
+        ],
+    )
+    result = asyncio.run(
+        AgentExecutor(config).execute(
+            "Who wrote \ud800 Animal Farm?" + " very" * 20_000, "Orwell", SamplingParams(), 65536, tokenizer, engine
+        )
+    )
     assert result["extra_logs"]["turns"] == 3 and result["extra_logs"]["searches"] == 1
     assert result["extra_logs"]["invalid_actions"] == 1 and result["extra_logs"]["answered"] == 1
-    first_feedback = tokenizer.decode(result["observation_tokens"][result["action_ranges"][0][1]:result["action_ranges"][1][0]])
+    first_feedback = tokenizer.decode(
+        result["observation_tokens"][result["action_ranges"][0][1] : result["action_ranges"][1][0]]
+    )
     assert "only one action" in first_feedback and len(first_feedback) < 1000

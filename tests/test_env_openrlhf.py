@@ -59,8 +59,10 @@ def samples_generator_module():
 @pytest.fixture()
 def agent_config(tmp_path, kb_server, monkeypatch):
     cfg = tmp_path / "agent.yaml"
-    cfg.write_text(f"agent:\n  agent_type: asearcher\n  max_turns: 4\n  max_new_tokens_per_turn: 24\n"
-                   f"  tools:\n    local:\n      urls: ['{kb_server}']\n")
+    cfg.write_text(
+        f"agent:\n  agent_type: asearcher\n  max_turns: 4\n  max_new_tokens_per_turn: 24\n"
+        f"  tools:\n    local:\n      urls: ['{kb_server}']\n"
+    )
     monkeypatch.setenv("ASEARCHER_CONFIG", str(cfg))
     return cfg
 
@@ -69,12 +71,15 @@ def test_module_prints_its_path_and_imports_no_vllm_or_ray():
     out = subprocess.run([sys.executable, "-m", "asearcher_plugin.env"], capture_output=True, text=True, check=True)
     path = Path(out.stdout.strip())
     assert path.is_file() and path.name == "env.py"
-    probe = ("import sys, importlib.util; s = importlib.util.spec_from_file_location('agent_module', sys.argv[1]); "
-             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.AgentExecutor(); "
-             "print(sorted(x for x in ('vllm', 'ray') if x in sys.modules))")
+    probe = (
+        "import sys, importlib.util; s = importlib.util.spec_from_file_location('agent_module', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.AgentExecutor(); "
+        "print(sorted(x for x in ('vllm', 'ray') if x in sys.modules))"
+    )
     no_kb_check = {**os.environ, "ASEARCHER_RUN_CONFIG": '{"agent": {"tools": {"local": {"check_on_start": false}}}}'}
-    loaded = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True,
-                            env=no_kb_check)
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, check=True, env=no_kb_check
+    )
     assert loaded.stdout.strip() == "[]"
 
 
@@ -100,14 +105,22 @@ def test_execute_with_tiny_model_becomes_an_experience(agent_config, tiny_model)
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=None, logprobs=1, skip_special_tokens=False)
 
     async def run():
-        return await asyncio.gather(*(executor.execute("Who wrote Animal Farm?", '["George Orwell"]', params, 400,
-                                                       engine.tokenizer, engine) for _ in range(2)))
+        return await asyncio.gather(
+            *(
+                executor.execute("Who wrote Animal Farm?", '["George Orwell"]', params, 400, engine.tokenizer, engine)
+                for _ in range(2)
+            )
+        )
 
     responses = asyncio.run(run())
     sg = samples_generator_module()
     for response in responses:
         assert response["reward"] is not None and 1 <= response["extra_logs"]["turns"] <= 4
-        tokens, ranges, logprobs = response["observation_tokens"], response["action_ranges"], response["rollout_log_probs"]
+        tokens, ranges, logprobs = (
+            response["observation_tokens"],
+            response["action_ranges"],
+            response["rollout_log_probs"],
+        )
         assert len(tokens) <= 400 and len(logprobs) == len(tokens)
         assert all(0 < e - s <= 24 for s, e in ranges)  # the per-turn cap holds
         experience = sg.SamplesGenerator._process_response_into_experience(None, response, max_len=400)
@@ -118,7 +131,9 @@ def test_execute_with_tiny_model_becomes_an_experience(agent_config, tiny_model)
         # Log-probs are real for generated tokens and zero for prompt and tool tokens.
         mask = experience.action_mask[0].bool()
         assert torch.all(experience.rollout_log_probs[0][~mask] == 0)
-        assert torch.all(experience.rollout_log_probs[0][mask] <= 0) and torch.any(experience.rollout_log_probs[0][mask] < 0)
+        assert torch.all(experience.rollout_log_probs[0][mask] <= 0) and torch.any(
+            experience.rollout_log_probs[0][mask] < 0
+        )
         assert experience.info["turns"].item() == response["extra_logs"]["turns"]
 
 
@@ -134,10 +149,18 @@ def test_tools_through_the_agent_instance(agent_config, kb_server):
         agent = AgentInstance(config, box)
         label = '["George Orwell", "Orwell"]'
         s = await agent.step({"action_text": "<search> author of Animal Farm </search>", "label": label})
-        assert "<information>" in s["environment_feedback"] and "Animal Farm" in s["environment_feedback"] and not s["done"]
-        s = await agent.step({"action_text": "<access>https://en.wikipedia.org/wiki/Albert_Einstein</access>", "label": label})
+        assert (
+            "<information>" in s["environment_feedback"]
+            and "Animal Farm" in s["environment_feedback"]
+            and not s["done"]
+        )
+        s = await agent.step(
+            {"action_text": "<access>https://en.wikipedia.org/wiki/Albert_Einstein</access>", "label": label}
+        )
         assert "Page 1 of" in s["environment_feedback"]
-        s = await agent.step({"action_text": "<access>https://en.wikipedia.org/wiki/Albert_Einstein</access>", "label": label})
+        s = await agent.step(
+            {"action_text": "<access>https://en.wikipedia.org/wiki/Albert_Einstein</access>", "label": label}
+        )
         assert "Page 2 of" in s["environment_feedback"]
         s = await agent.step({"action_text": "<answer>George Orwell</answer>", "label": label})
         assert s["done"] and s["rewards"].item() == 1.0 and s["extra_logs"]["searches"] == 1.0
@@ -168,7 +191,9 @@ def test_step_never_raises_on_adversarial_output():
 
     texts = st.one_of(
         st.text(max_size=200),
-        st.builds(lambda t, q: f"<{t}>{q}", st.sampled_from(["search", "access", "answer", "think"]), st.text(max_size=50)),
+        st.builds(
+            lambda t, q: f"<{t}>{q}", st.sampled_from(["search", "access", "answer", "think"]), st.text(max_size=50)
+        ),
         st.builds(lambda q, n: f"<search>{q * n}</search>", st.text(min_size=1, max_size=20), st.integers(500, 1000)),
         st.just("<search>a</search><access>b</access>"),
         st.just("<answer></answer>"),
@@ -203,8 +228,11 @@ def test_reasoning_agent_is_refused_for_training_and_runs_for_eval(tiny_model, k
     with pytest.raises(ConfigError, match="cannot be trained"):
         AgentExecutor(config)
     engine = HFEngine(str(tiny_model), seed=2)
-    result = asyncio.run(AgentExecutor(config, for_training=False).execute(
-        "Who wrote Animal Farm?", "George Orwell", SamplingParams(temperature=1.0), 2048, engine.tokenizer, engine))
+    result = asyncio.run(
+        AgentExecutor(config, for_training=False).execute(
+            "Who wrote Animal Farm?", "George Orwell", SamplingParams(temperature=1.0), 2048, engine.tokenizer, engine
+        )
+    )
     assert result["extra_logs"]["llm_calls"] == 3 and result["observation_tokens"] is None
 
 
@@ -215,10 +243,16 @@ def test_chat_feedback_style_uses_the_chat_template(tiny_model, kb_server):
     config = AgentConfig(agent_type="search-r1", max_turns=2, max_new_tokens_per_turn=12, feedback_style="chat")
     config.tools.local.urls = [kb_server]
     engine = HFEngine(str(tiny_model), seed=4)
-    result = asyncio.run(AgentExecutor(config).execute("Who wrote Animal Farm?", "George Orwell",
-                                                       SamplingParams(temperature=1.0), 1024, engine.tokenizer, engine))
+    result = asyncio.run(
+        AgentExecutor(config).execute(
+            "Who wrote Animal Farm?", "George Orwell", SamplingParams(temperature=1.0), 1024, engine.tokenizer, engine
+        )
+    )
     text = result["text"]
-    assert text.startswith("<|im_start|>user\n") and text.count("<|im_start|>assistant\n") == result["extra_logs"]["turns"]
+    assert (
+        text.startswith("<|im_start|>user\n")
+        and text.count("<|im_start|>assistant\n") == result["extra_logs"]["turns"]
+    )
     # Tool or correction turns are user turns of the template, and their tokens are outside every action range.
     assert "<|im_end|>\n<|im_start|>user\n" in text
     tokens, ranges = result["observation_tokens"], result["action_ranges"]

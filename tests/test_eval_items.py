@@ -33,12 +33,24 @@ class ScriptedModel:
         with self.lock:
             self.calls[question] = self.calls.get(question, 0) + 1
         if question is not None and TOO_LONG in question:
-            return JSONResponse({"object": "error", "type": "BadRequestError", "code": 400,
-                                 "message": "This model's maximum context length is 32768 tokens."}, status_code=400)
+            return JSONResponse(
+                {
+                    "object": "error",
+                    "type": "BadRequestError",
+                    "code": 400,
+                    "message": "This model's maximum context length is 32768 tokens.",
+                },
+                status_code=400,
+            )
         answer = self.answers.get(question, "unknown")
-        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
-                "choices": [{"index": 0, "text": f"<think>known</think> <answer>{answer}</answer>",
-                             "finish_reason": "stop"}]}
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": body["model"],
+            "choices": [
+                {"index": 0, "text": f"<think>known</think> <answer>{answer}</answer>", "finish_reason": "stop"}
+            ],
+        }
 
 
 def write_jsonl(path, rows):
@@ -47,10 +59,14 @@ def write_jsonl(path, rows):
     return path
 
 
-GAIA = [{"id": "test_0", "question": "Which city is the capital of Angola?", "golden_answers": ["Luanda"]},
-        {"id": "test_1", "question": "Which ocean lies west of Angola?", "golden_answers": ["Atlantic"]}]
-FRAMES = [{"id": "test_0", "question": "Who wrote An American in Paris?", "golden_answers": ["Gershwin"]},
-          {"id": "test_1", "question": "Which prize did Einstein get in 1921?", "golden_answers": ["Nobel"]}]
+GAIA = [
+    {"id": "test_0", "question": "Which city is the capital of Angola?", "golden_answers": ["Luanda"]},
+    {"id": "test_1", "question": "Which ocean lies west of Angola?", "golden_answers": ["Atlantic"]},
+]
+FRAMES = [
+    {"id": "test_0", "question": "Who wrote An American in Paris?", "golden_answers": ["Gershwin"]},
+    {"id": "test_1", "question": "Which prize did Einstein get in 1921?", "golden_answers": ["Nobel"]},
+]
 
 
 @pytest.fixture
@@ -69,11 +85,36 @@ def run_eval(tmp_path, model, out, datasets, k=1):
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("agent:\n  agent_type: search-r1\n  max_turns: 2\n")
     args = [a for d in datasets for a in ("--dataset", str(d))]
-    return subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "eval", *args, "--k", str(k), "--out", str(out),
-                           "--agent-config", str(cfg), "--kb-url", f"http://127.0.0.1:{free_port()}",
-                           "--base-url", f"{model.url}/v1", "--model", "scripted", "--tokenizer",
-                           str(model.tokenizer.name_or_path), "--max-length", "1024", "--concurrency", "2"],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asearcher_plugin.cli",
+            "eval",
+            *args,
+            "--k",
+            str(k),
+            "--out",
+            str(out),
+            "--agent-config",
+            str(cfg),
+            "--kb-url",
+            f"http://127.0.0.1:{free_port()}",
+            "--base-url",
+            f"{model.url}/v1",
+            "--model",
+            "scripted",
+            "--tokenizer",
+            str(model.tokenizer.name_or_path),
+            "--max-length",
+            "1024",
+            "--concurrency",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def rows_of(out):
@@ -88,7 +129,9 @@ def test_datasets_sharing_ids_and_file_names_are_kept_apart(tmp_path, model_serv
     assert first.returncode == 0, first.stderr[-2000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["items_ok"] == 8
-    assert metrics["datasets"]["GAIA"]["em"]["questions"] == 2 and metrics["datasets"]["Frames"]["em"]["questions"] == 2
+    assert (
+        metrics["datasets"]["GAIA"]["em"]["questions"] == 2 and metrics["datasets"]["Frames"]["em"]["questions"] == 2
+    )
     assert metrics["datasets"]["overall"]["em"]["questions"] == 4
     assert metrics["datasets"]["overall"]["em"]["avg@2"] == 1.0
     assert "| GAIA | em | 2 |" in (out / "summary.md").read_text()
@@ -101,7 +144,8 @@ def test_datasets_sharing_ids_and_file_names_are_kept_apart(tmp_path, model_serv
     assert again.returncode == 0, again.stderr[-2000:]
     rows = rows_of(out)
     assert sorted((r["dataset"], r["id"], r["seed"]) for r in rows) == sorted(
-        (d, i, s) for d in ("GAIA", "Frames") for i in ("test_0", "test_1") for s in (0, 1))
+        (d, i, s) for d in ("GAIA", "Frames") for i in ("test_0", "test_1") for s in (0, 1)
+    )
     for r in FRAMES:
         assert model_server.calls[r["question"]] - before.get(r["question"], 0) == 2
     for r in GAIA:
@@ -132,7 +176,9 @@ def test_duplicate_ids_within_a_dataset_name_both_lines(tmp_path):
 
 
 def test_an_item_the_model_server_refuses_is_recorded_and_the_run_goes_on(tmp_path, model_server):
-    rows = GAIA + [{"id": "test_2", "question": f"Which river {TOO_LONG} crosses Luanda?", "golden_answers": ["Kwanza"]}]
+    rows = GAIA + [
+        {"id": "test_2", "question": f"Which river {TOO_LONG} crosses Luanda?", "golden_answers": ["Kwanza"]}
+    ]
     data = write_jsonl(tmp_path / "gaia.jsonl", rows)
     out = tmp_path / "eval"
     done = run_eval(tmp_path, model_server, out, [data])
@@ -140,7 +186,11 @@ def test_an_item_the_model_server_refuses_is_recorded_and_the_run_goes_on(tmp_pa
     by_id = {r["id"]: r for r in rows_of(out)}
     assert by_id["test_0"]["status"] == by_id["test_1"]["status"] == "ok"
     refused = by_id["test_2"]
-    assert refused["status"] == "error" and "HTTP 400" in refused["error"] and "maximum context length" in refused["error"]
+    assert (
+        refused["status"] == "error"
+        and "HTTP 400" in refused["error"]
+        and "maximum context length" in refused["error"]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["items_ok"] == 2 and metrics["items_error"] == 1 and metrics["items_failed"] == 0
     assert metrics["datasets"]["gaia"]["em"]["questions"] == 2  # not scored as wrong
@@ -156,7 +206,7 @@ def test_resume_after_a_crash_mid_write_keeps_every_row(tmp_path, model_server):
     path = out / "trajectories.jsonl"
     raw = path.read_bytes()
     last_start = raw.rstrip(b"\n").rfind(b"\n") + 1
-    path.write_bytes(raw[:last_start + (len(raw) - last_start) // 2])  # the last row cut mid-JSON, no newline
+    path.write_bytes(raw[: last_start + (len(raw) - last_start) // 2])  # the last row cut mid-JSON, no newline
     cut_id = json.loads(raw[last_start:])["id"]
 
     again = run_eval(tmp_path, model_server, out, [data])

@@ -36,10 +36,12 @@ def test_execute_returns_the_records_openrlhf_dict(tokenizer):
     executor = AgentExecutor(judged_config())
 
     async def both():
-        record = await executor.run("Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer,
-                                    ScriptedEngine(tokenizer, ANSWER))
-        as_dict = await executor.execute("Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer,
-                                         ScriptedEngine(tokenizer, ANSWER))
+        record = await executor.run(
+            "Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer, ScriptedEngine(tokenizer, ANSWER)
+        )
+        as_dict = await executor.execute(
+            "Who wrote Animal Farm?", '["George Orwell"]', params, 1024, tokenizer, ScriptedEngine(tokenizer, ANSWER)
+        )
         return record, as_dict
 
     record, as_dict = asyncio.run(both())
@@ -50,8 +52,9 @@ def test_execute_returns_the_records_openrlhf_dict(tokenizer):
     expected = record.to_openrlhf()
     expected["extra_logs"]["tool_seconds"] = as_dict["extra_logs"]["tool_seconds"]
     assert as_dict.keys() == expected.keys()
-    assert {k: v for k, v in as_dict.items() if k != "token_times"} == {k: v for k, v in expected.items()
-                                                                       if k != "token_times"}
+    assert {k: v for k, v in as_dict.items() if k != "token_times"} == {
+        k: v for k, v in expected.items() if k != "token_times"
+    }
     logs = as_dict["extra_logs"]  # what OpenRLHF logs: flat numbers, metric scores prefixed, counters as they were
     assert all(isinstance(v, float) for v in logs.values())
     assert list(logs)[-3:] == ["score_judge", "judge_failed", "truncated"]
@@ -60,8 +63,10 @@ def test_execute_returns_the_records_openrlhf_dict(tokenizer):
 
 def test_a_counter_never_appears_as_a_metric(tmp_path, tokenizer):
     """judge_failed is logged per trajectory, but metrics.json and the summary hold metrics alone."""
-    items = [{"dataset": "sample", "id": f"q{i}", "question": "Who wrote Animal Farm?",
-              "golden_answers": ["George Orwell"]} for i in range(2)]
+    items = [
+        {"dataset": "sample", "id": f"q{i}", "question": "Who wrote Animal Farm?", "golden_answers": ["George Orwell"]}
+        for i in range(2)
+    ]
     out = tmp_path / "eval"
     engine = ScriptedEngine(tokenizer, ANSWER)
     asyncio.run(run_eval(items, judged_config(), engine, tokenizer, out, k=2, max_length=1024, progress=False))
@@ -79,14 +84,43 @@ def test_a_counter_never_appears_as_a_metric(tmp_path, tokenizer):
 
 def test_rows_of_the_previous_format_still_resume_and_report(tmp_path):
     """Before `logs` and `scores` were kept apart, `logs` held the flat extra_logs; some rows had no `scores`."""
-    flat = {"turns": 1.0, "searches": 0.0, "accesses": 0.0, "invalid_actions": 0.0, "tool_errors": 0.0,
-            "score_em": 1.0, "score_f1": 1.0, "score_judge": 1.0, "judge_failed": 1.0, "truncated": 0.0}
-    base = {"dataset": "sample", "question": "Who wrote Animal Farm?", "golden_answers": ["George Orwell"],
-            "status": "ok", "answer": "George Orwell", "reward": 1.0, "text": "", "truncated": False, "tokens": 10}
-    old = [{**base, "id": "q0", "seed": 0, "logs": flat, "scores": {"em": 1.0, "f1": 1.0, "judge": 1.0}},
-           {**base, "id": "q1", "seed": 0, "logs": flat},
-           {"id": "q2", "dataset": "sample", "seed": 0, "question": "x", "golden_answers": ["y"], "status": "failed",
-            "error": "EngineUnavailable: down", "seconds": 0.1}]
+    flat = {
+        "turns": 1.0,
+        "searches": 0.0,
+        "accesses": 0.0,
+        "invalid_actions": 0.0,
+        "tool_errors": 0.0,
+        "score_em": 1.0,
+        "score_f1": 1.0,
+        "score_judge": 1.0,
+        "judge_failed": 1.0,
+        "truncated": 0.0,
+    }
+    base = {
+        "dataset": "sample",
+        "question": "Who wrote Animal Farm?",
+        "golden_answers": ["George Orwell"],
+        "status": "ok",
+        "answer": "George Orwell",
+        "reward": 1.0,
+        "text": "",
+        "truncated": False,
+        "tokens": 10,
+    }
+    old = [
+        {**base, "id": "q0", "seed": 0, "logs": flat, "scores": {"em": 1.0, "f1": 1.0, "judge": 1.0}},
+        {**base, "id": "q1", "seed": 0, "logs": flat},
+        {
+            "id": "q2",
+            "dataset": "sample",
+            "seed": 0,
+            "question": "x",
+            "golden_answers": ["y"],
+            "status": "failed",
+            "error": "EngineUnavailable: down",
+            "seconds": 0.1,
+        },
+    ]
     (tmp_path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
     rows = {r["id"]: EvalRow.from_json(r) for r in old}
     assert rows["q1"].scores == rows["q0"].scores == {"em": 1.0, "f1": 1.0, "judge": 1.0}

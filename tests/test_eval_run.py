@@ -8,16 +8,31 @@ from tests.http_helpers import free_port
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "eval", *args], capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "eval", *args], capture_output=True, text=True, timeout=900
+    )
 
 
 def test_eval_writes_metrics_reports_and_resumes(tmp_path, tiny_model, kb_server):
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("agent:\n  agent_type: asearcher\n  max_turns: 2\n  max_new_tokens_per_turn: 16\n")
     out = tmp_path / "eval"
-    common = ["--dataset", "sample", "--limit", "3", "--k", "2", "--out", str(out), "--agent-config", str(cfg),
-              "--kb-url", kb_server, "--max-length", "1024"]
+    common = [
+        "--dataset",
+        "sample",
+        "--limit",
+        "3",
+        "--k",
+        "2",
+        "--out",
+        str(out),
+        "--agent-config",
+        str(cfg),
+        "--kb-url",
+        kb_server,
+        "--max-length",
+        "1024",
+    ]
     first = run(*common, "--hf-model", str(tiny_model))
     assert first.returncode == 0, first.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
@@ -36,8 +51,24 @@ def test_eval_writes_metrics_reports_and_resumes(tmp_path, tiny_model, kb_server
 
     # A dead model server: items are recorded as failed, not scored as wrong.
     dead = tmp_path / "dead"
-    down = run("--dataset", "sample", "--limit", "2", "--out", str(dead), "--agent-config", str(cfg), "--kb-url", kb_server,
-               "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--model", "tiny", "--tokenizer", str(tiny_model))
+    down = run(
+        "--dataset",
+        "sample",
+        "--limit",
+        "2",
+        "--out",
+        str(dead),
+        "--agent-config",
+        str(cfg),
+        "--kb-url",
+        kb_server,
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "--model",
+        "tiny",
+        "--tokenizer",
+        str(tiny_model),
+    )
     assert down.returncode == 0, down.stderr[-2000:]
     m = json.loads((dead / "metrics.json").read_text())
     assert m["items_failed"] == 2 and m["items_ok"] == 0 and "FAILED" in (dead / "report.html").read_text()

@@ -43,9 +43,25 @@ def kb_serve(kb_dir: Path, log: Path, *flags: str):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "local_retriever.cli", "serve", str(kb_dir), "--port", str(port),
-                                 "--retriever", "hybrid", "--threads", "1", *flags],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "local_retriever.cli",
+                "serve",
+                str(kb_dir),
+                "--port",
+                str(port),
+                "--retriever",
+                "hybrid",
+                "--threads",
+                "1",
+                *flags,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     try:
         wait_healthy(url, proc, timeout=900)
         yield url, proc
@@ -71,7 +87,7 @@ POISON = [
     ("/retrieve", b'{"queries": ["a", }'),
     ("/retrieve", b'{"queries": [], "topk": 99999}'),
 ]
-LIE = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"que"
+LIE = b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"que'
 
 
 async def _lie(url: str) -> bytes:
@@ -87,6 +103,7 @@ async def _lie(url: str) -> bytes:
 
 async def _round(client: httpx.AsyncClient, url: str, i: int, failures: list) -> int:
     """One round of traffic: 24 good searches, 4 good page reads, every poison request, two lies, all at once."""
+
     async def good_search(j: int):
         q = QUESTIONS[(i * 24 + j) % len(QUESTIONS)]
         r = await client.post(f"{url}/retrieve", json={"queries": [q], "topk": 3, "return_scores": True})
@@ -126,8 +143,16 @@ async def _round(client: httpx.AsyncClient, url: str, i: int, failures: list) ->
 @pytest.mark.slow
 def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_kb, tmp_path):
     warmup_rounds, rounds = 10, 24
-    with kb_serve(sample_kb, tmp_path / "serve.log", "--max-body-bytes", str(MAX_BODY), "--body-timeout", "3",
-                  "--header-timeout", "2") as (url, proc):
+    with kb_serve(
+        sample_kb,
+        tmp_path / "serve.log",
+        "--max-body-bytes",
+        str(MAX_BODY),
+        "--body-timeout",
+        "3",
+        "--header-timeout",
+        "2",
+    ) as (url, proc):
         server = psutil.Process(proc.pid)
 
         async def run():
@@ -163,6 +188,7 @@ def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_k
 def test_kill_9_of_one_replica_mid_load_loses_nothing(sample_kb, tmp_path):
     total, kill_at = 600, 150
     with kb_serve(sample_kb, tmp_path / "a.log") as (url_a, _), kb_serve(sample_kb, tmp_path / "b.log") as (url_b, b):
+
         async def run():
             done, killed_after = 0, None
             async with RetrievalClient([url_a, url_b], timeout=60, retries=4, cooldown=2.0) as client:
@@ -220,8 +246,12 @@ class AgentModel:
             text = f"<think>read it</think> <answer>{self.answers[question]}</answer>"
         else:
             text = f"<think>look it up</think> <search>{self.MARK} {question}</search>"
-        return {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
-                "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]}
+        return {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+        }
 
 
 def _without_timings(value):
@@ -240,9 +270,13 @@ def test_eval_killed_twice_mid_run_resumes_to_the_uninterrupted_result(tmp_path,
     data = {}
     for name, part in (("nq", rows[:12]), ("tqa", rows[12:])):  # FlashRAG-style ids, equal in both files
         data[name] = tmp_path / f"{name}.jsonl"
-        data[name].write_text("".join(json.dumps({"id": f"test_{i}", "question": r["question"],
-                                                  "golden_answers": r["golden_answers"]}) + "\n"
-                                      for i, r in enumerate(part)))
+        data[name].write_text(
+            "".join(
+                json.dumps({"id": f"test_{i}", "question": r["question"], "golden_answers": r["golden_answers"]})
+                + "\n"
+                for i, r in enumerate(part)
+            )
+        )
     answers = {r["question"]: r["golden_answers"][0] if i % 2 == 0 else "Paris" for i, r in enumerate(rows)}
     model = AgentModel(AutoTokenizer.from_pretrained(tiny_model), answers, delay=0.1)
     cfg = tmp_path / "agent.yaml"
@@ -251,11 +285,36 @@ def test_eval_killed_twice_mid_run_resumes_to_the_uninterrupted_result(tmp_path,
     expected = sorted((d, f"test_{i}", s) for d in ("nq", "tqa") for i in range(12) for s in range(k))
 
     with serve_app(model.app) as model_url:
+
         def command(out: Path) -> list[str]:
-            return [sys.executable, "-m", "asearcher_plugin.cli", "eval", "--dataset", str(data["nq"]), "--dataset",
-                    str(data["tqa"]), "--k", str(k), "--out", str(out), "--agent-config", str(cfg), "--kb-url", kb_server,
-                    "--base-url", f"{model_url}/v1", "--model", "scripted", "--tokenizer", str(tiny_model),
-                    "--max-length", "2048", "--concurrency", "2"]
+            return [
+                sys.executable,
+                "-m",
+                "asearcher_plugin.cli",
+                "eval",
+                "--dataset",
+                str(data["nq"]),
+                "--dataset",
+                str(data["tqa"]),
+                "--k",
+                str(k),
+                "--out",
+                str(out),
+                "--agent-config",
+                str(cfg),
+                "--kb-url",
+                kb_server,
+                "--base-url",
+                f"{model_url}/v1",
+                "--model",
+                "scripted",
+                "--tokenizer",
+                str(tiny_model),
+                "--max-length",
+                "2048",
+                "--concurrency",
+                "2",
+            ]
 
         whole = tmp_path / "whole"
         done = subprocess.run(command(whole), cwd=ROOT, capture_output=True, text=True, timeout=1200)

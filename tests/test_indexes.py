@@ -46,15 +46,28 @@ def test_encoding_resumes_without_redoing_finished_shards(tmp_path, encoder):
     assert sorted(p.name for p in tmp_path.glob("emb_*.npy")) == ["emb_000000.npy", "emb_000001.npy"]
     assert not list(tmp_path.glob("*.tmp.npy"))
     calls.clear()
-    shards = encode_shards(lambda a, b: texts[a:b], 50, lambda b: (calls.append(len(b)), encoder.encode(b, "passage"))[1],
-                           tmp_path, shard_size=10)
+    shards = encode_shards(
+        lambda a, b: texts[a:b],
+        50,
+        lambda b: (calls.append(len(b)), encoder.encode(b, "passage"))[1],
+        tmp_path,
+        shard_size=10,
+    )
     assert calls == [10, 10, 10]  # only shards 2-4 were encoded again
     full = np.concatenate([np.load(p) for p in shards])
     assert np.allclose(full, encoder.encode(texts, "passage"), atol=1e-5)
 
 
-@pytest.mark.parametrize("factory,knob", [("Flat", {}), ("HNSW32", {"ef_search": 64}), ("HNSW32,SQ8", {"ef_search": 128}),
-                                          ("IVF8,Flat", {"nprobe": 8}), ("IVF4,PQ16", {"nprobe": 4})])
+@pytest.mark.parametrize(
+    "factory,knob",
+    [
+        ("Flat", {}),
+        ("HNSW32", {"ef_search": 64}),
+        ("HNSW32,SQ8", {"ef_search": 128}),
+        ("IVF8,Flat", {"nprobe": 8}),
+        ("IVF4,PQ16", {"nprobe": 4}),
+    ],
+)
 def test_faiss_factory_strings_and_query_knobs(tmp_path, factory, knob):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((600, 64)).astype(np.float32)
@@ -90,14 +103,22 @@ def test_prebuilt_faiss_index_is_used_in_place(tmp_path, encoder):
     index = faiss.IndexFlatIP(encoder.dim)
     index.add(encoder.encode([r["contents"] for r in rows], "passage"))
     faiss.write_index(index, str(tmp_path / "e5_Flat.index"))
-    manifest, _ = build_kb(src, tmp_path / "kb", opts=BuildOptions(progress=False, bm25=False, import_faiss=tmp_path / "e5_Flat.index"))
-    assert manifest.dense_index == str((tmp_path / "e5_Flat.index").resolve()) and manifest.faiss_factory == "IndexFlatIP"
+    manifest, _ = build_kb(
+        src, tmp_path / "kb", opts=BuildOptions(progress=False, bm25=False, import_faiss=tmp_path / "e5_Flat.index")
+    )
+    assert (
+        manifest.dense_index == str((tmp_path / "e5_Flat.index").resolve()) and manifest.faiss_factory == "IndexFlatIP"
+    )
     kb = KnowledgeBase(tmp_path / "kb", "dense")
     assert kb.search(["subject 13"], 1)[0][0][0] == 13
     kb.close()
     src.write_text("".join(json.dumps(r) + "\n" for r in rows[:19]))
     with pytest.raises(ValueError, match="holds 20 vectors but the corpus has 19"):
-        build_kb(src, tmp_path / "kb2", opts=BuildOptions(progress=False, bm25=False, import_faiss=tmp_path / "e5_Flat.index"))
+        build_kb(
+            src,
+            tmp_path / "kb2",
+            opts=BuildOptions(progress=False, bm25=False, import_faiss=tmp_path / "e5_Flat.index"),
+        )
 
 
 def test_rrf_fusion():

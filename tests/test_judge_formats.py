@@ -26,8 +26,8 @@ from tests.http_helpers import serve_app
 ASEARCHER_PROMPT = (
     "You are an evaluation assistant. Please determine if the predicted answer is equivalent to the labeled answer."
     "\n\nQuestion: Capital of Angola?\n\nLabeled Answer: Luanda\n\nPredicted Answer: {pred}\n\n"
-    "Did the model give an answer **equivalent** to the labeled answer? Please respond with \"Correct\" if they are "
-    "equivalent, or \"Incorrect\" if they are not equivalent.\n\n"
+    'Did the model give an answer **equivalent** to the labeled answer? Please respond with "Correct" if they are '
+    'equivalent, or "Incorrect" if they are not equivalent.\n\n'
     "The output should in the following json format:\n```json\n{{\n"
     '    "rationale": your rationale for the judgement, as a text,\n'
     '    "judgement": your judgement result, can only be "Correct" or "Incorrect",\n'
@@ -46,8 +46,12 @@ def chat_server(replies: list[str]):
     async def chat(body: dict):
         app.state.bodies.append(body)
         text = replies[min(len(app.state.bodies), len(replies)) - 1]
-        return {"id": "c", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+        return {
+            "id": "c",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        }
 
     return app
 
@@ -72,8 +76,17 @@ def test_asearcher_format_prompt_sampling_and_cut():
 
 def test_asearcher_format_shows_several_golds_as_a_list_and_settings_override():
     app = chat_server(['{"rationale": "alias", "judgement": "correct"}'])
-    verdict = ask(app, "Loanda</answer>", golds=["Luanda", "Loanda"], verdict_format="asearcher", temperature=0.0,
-                  top_p=0.9, max_tokens=64, prediction_max_chars=3, prediction_cut_at="")
+    verdict = ask(
+        app,
+        "Loanda</answer>",
+        golds=["Luanda", "Loanda"],
+        verdict_format="asearcher",
+        temperature=0.0,
+        top_p=0.9,
+        max_tokens=64,
+        prediction_max_chars=3,
+        prediction_cut_at="",
+    )
     body = app.state.bodies[0]
     assert verdict.correct is True
     assert "Labeled Answer: ['Luanda', 'Loanda']\n" in body["messages"][0]["content"]
@@ -91,25 +104,37 @@ def test_default_format_is_unchanged():
     assert body["temperature"] == 0.0 and body["max_tokens"] == 256
 
 
-@pytest.mark.parametrize("reply,expected", [
-    ('{"rationale": "ok", "judgement": "Correct"}', True),  # plain JSON
-    ("Sure.\n```json\n{'rationale': 'no', 'judgement': 'Incorrect',}\n```\nDone.", False),  # a Python literal
-    ('{"rationale": "fine", "judgement": "CORRECT"}', True),  # case-insensitive
-    ('{"rationale": "missing the key"}', False),  # parsed without a judgement: Incorrect, as ASearcher
-    ('{"judgement": "Correct." }', False),  # anything but "correct" is Incorrect
-    ('I think so. "judgement": "Incorrect" since the city differs', False),  # substring, when nothing parses
-    ('blah "Judgement": Correct blah', True),  # the unquoted form ASearcher also accepts
-    ('"the answer is fine"', False),  # a string literal without the word: Incorrect
-])
+@pytest.mark.parametrize(
+    "reply,expected",
+    [
+        ('{"rationale": "ok", "judgement": "Correct"}', True),  # plain JSON
+        ("Sure.\n```json\n{'rationale': 'no', 'judgement': 'Incorrect',}\n```\nDone.", False),  # a Python literal
+        ('{"rationale": "fine", "judgement": "CORRECT"}', True),  # case-insensitive
+        ('{"rationale": "missing the key"}', False),  # parsed without a judgement: Incorrect, as ASearcher
+        ('{"judgement": "Correct." }', False),  # anything but "correct" is Incorrect
+        ('I think so. "judgement": "Incorrect" since the city differs', False),  # substring, when nothing parses
+        ('blah "Judgement": Correct blah', True),  # the unquoted form ASearcher also accepts
+        ('"the answer is fine"', False),  # a string literal without the word: Incorrect
+    ],
+)
 def test_asearcher_judgement_parsing(reply, expected):
     verdict = parse_asearcher_judgement(reply)
     assert verdict is not None and verdict.correct is expected
 
 
-@pytest.mark.parametrize("reply", [
-    "", "I cannot decide.", "```json\n{\"judgement\": \n```", '{"judgement": 1}', "42", "[[[[" * 2000,
-    '"my judgement: correct"', None,
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        "I cannot decide.",
+        '```json\n{"judgement": \n```',
+        '{"judgement": 1}',
+        "42",
+        "[[[[" * 2000,
+        '"my judgement: correct"',
+        None,
+    ],
+)
 def test_asearcher_replies_without_a_verdict(reply):
     assert parse_asearcher_judgement(reply) is None
 
@@ -150,22 +175,26 @@ def test_verdicts_and_rationales_are_cached_per_format(tmp_path):
 
 def test_user_template(tmp_path):
     path = tmp_path / "judge.txt"
-    path.write_text("Q: {question}\nGold: {gt_answer}\nPred: {pred_answer}\nReply {{\"judgement\": ...}}",
-                    encoding="utf-8")
+    path.write_text(
+        'Q: {question}\nGold: {gt_answer}\nPred: {pred_answer}\nReply {{"judgement": ...}}', encoding="utf-8"
+    )
     app = chat_server(['{"judgement": "Correct"}'])
     assert ask(app, "Luanda", verdict_format="asearcher", prompt_template=str(path)).correct is True
     sent = app.state.bodies[0]["messages"][0]["content"]
     assert sent == 'Q: Capital of Angola?\nGold: Luanda\nPred: Luanda\nReply {"judgement": ...}'
 
 
-@pytest.mark.parametrize("text,problem", [
-    ("{question} {golds} {prediction} {answer}", r"unknown field\(s\) \{answer\}"),
-    ("{question} {golds}", r"must use \{pred_answer\} or \{prediction\}"),
-    ("{question} {prediction} {golds} {", "not a valid template"),
-    ('{question} {prediction} {golds} {"judgement": 1}', r'unknown field\(s\) \{"judgement"\}'),
-    ("{question} {prediction} {golds} {}", r"unknown field\(s\) \{\}"),
-    ("{question} {prediction} {golds[0]}", r"unknown field\(s\) \{golds\[0\]\}"),
-])
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("{question} {golds} {prediction} {answer}", r"unknown field\(s\) \{answer\}"),
+        ("{question} {golds}", r"must use \{pred_answer\} or \{prediction\}"),
+        ("{question} {prediction} {golds} {", "not a valid template"),
+        ('{question} {prediction} {golds} {"judgement": 1}', r'unknown field\(s\) \{"judgement"\}'),
+        ("{question} {prediction} {golds} {}", r"unknown field\(s\) \{\}"),
+        ("{question} {prediction} {golds[0]}", r"unknown field\(s\) \{golds\[0\]\}"),
+    ],
+)
 def test_template_fields_are_checked(text, problem):
     with pytest.raises(TemplateError, match=problem):
         check_template(text, "t.txt")
@@ -214,7 +243,7 @@ def test_environment_reward_with_the_asearcher_judge():
 
 
 @settings_h(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list('{}[]()"\':,` \njudgementcorrectJSON1\\')), max_size=200))
+@given(st.text(alphabet=st.sampled_from(list("{}[]()\"':,` \njudgementcorrectJSON1\\")), max_size=200))
 def test_asearcher_parser_never_raises(reply):
     verdict = parse_asearcher_judgement(reply)
     assert verdict is None or isinstance(verdict.correct, bool)

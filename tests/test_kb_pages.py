@@ -16,17 +16,36 @@ ROWS = [
     {"id": "1", "contents": "Billy the Kid\nHe was shot in 1881.\nHis grave is at Fort Sumner."},
     # title/text rows.
     {"id": "2", "title": "Ned Kelly", "text": "Ned Kelly was a bushranger.\nHe wore home-made armour."},
-    {"id": "3", "title": "Ned Kelly", "text": "He was executed in 1880.\nHis armour is in a museum.", "url": "https://en.wikipedia.org/wiki/Ned_Kelly"},
+    {
+        "id": "3",
+        "title": "Ned Kelly",
+        "text": "He was executed in 1880.\nHis armour is in a museum.",
+        "url": "https://en.wikipedia.org/wiki/Ned_Kelly",
+    },
     # a row with its own title whose `contents` holds text only.
     {"id": "4", "title": "Jesse James", "contents": "Jesse James robbed banks.\nHe was shot in 1882."},
     # a row with its own title whose `contents` repeats the title line.
-    {"id": "5", "title": "Belle Starr", "contents": '"Belle Starr"\nBelle Starr was an outlaw.\nShe was shot in 1889.'},
+    {
+        "id": "5",
+        "title": "Belle Starr",
+        "contents": '"Belle Starr"\nBelle Starr was an outlaw.\nShe was shot in 1889.',
+    },
     # a single-line `contents` next to its own title.
     {"id": "6", "title": "Sam Bass", "contents": "Sam Bass robbed trains."},
 ]
 EXPECTED = {
-    "Billy the Kid": ["Billy the Kid was an outlaw.", "He rode across New Mexico.", "He was shot in 1881.", "His grave is at Fort Sumner."],
-    "Ned Kelly": ["Ned Kelly was a bushranger.", "He wore home-made armour.", "He was executed in 1880.", "His armour is in a museum."],
+    "Billy the Kid": [
+        "Billy the Kid was an outlaw.",
+        "He rode across New Mexico.",
+        "He was shot in 1881.",
+        "His grave is at Fort Sumner.",
+    ],
+    "Ned Kelly": [
+        "Ned Kelly was a bushranger.",
+        "He wore home-made armour.",
+        "He was executed in 1880.",
+        "His armour is in a museum.",
+    ],
     "Jesse James": ["Jesse James robbed banks.", "He was shot in 1882."],
     "Belle Starr": ["Belle Starr was an outlaw.", "She was shot in 1889."],
     "Sam Bass": ["Sam Bass robbed trains."],
@@ -88,15 +107,26 @@ def test_title_seen_again_later_extends_its_page(tmp_path):
 def test_pages_file_keeps_every_line(tmp_path):
     # ASearcher's webpages file: whole pages, `contents` is the page text.
     src = write_jsonl(tmp_path / "corpus.jsonl", ROWS)
-    pages_file = write_jsonl(tmp_path / "webpages.jsonl", [
-        {"url": "https://en.wikipedia.org/wiki/Ned_Kelly", "title": "Ned Kelly",
-         "contents": "Ned Kelly was a bushranger.\nHe was executed in 1880."},
-        {"title": "Billy the Kid", "contents": '"Billy the Kid"\nBilly the Kid was an outlaw.\nHe was shot in 1881.'},
-        {"id": "x", "contents": '"Jesse James"\nJesse James robbed banks.\nHe was shot in 1882.'},
-        {"title": "Sam Bass", "text": "Sam Bass robbed trains.\nHe died in 1878."},
-    ])
+    pages_file = write_jsonl(
+        tmp_path / "webpages.jsonl",
+        [
+            {
+                "url": "https://en.wikipedia.org/wiki/Ned_Kelly",
+                "title": "Ned Kelly",
+                "contents": "Ned Kelly was a bushranger.\nHe was executed in 1880.",
+            },
+            {
+                "title": "Billy the Kid",
+                "contents": '"Billy the Kid"\nBilly the Kid was an outlaw.\nHe was shot in 1881.',
+            },
+            {"id": "x", "contents": '"Jesse James"\nJesse James robbed banks.\nHe was shot in 1882.'},
+            {"title": "Sam Bass", "text": "Sam Bass robbed trains.\nHe died in 1878."},
+        ],
+    )
     build_kb(src, tmp_path / "kb", opts=BuildOptions(progress=False, dense=False, pages_jsonl=pages_file))
-    pages = access(tmp_path / "kb", ["https://en.wikipedia.org/wiki/Ned_Kelly", "Billy the Kid", "Jesse James", "Sam Bass"])
+    pages = access(
+        tmp_path / "kb", ["https://en.wikipedia.org/wiki/Ned_Kelly", "Billy the Kid", "Jesse James", "Sam Bass"]
+    )
     assert_lines_in_order(pages[0]["contents"], ["Ned Kelly was a bushranger.", "He was executed in 1880."])
     assert_lines_in_order(pages[1]["contents"], ["Billy the Kid was an outlaw.", "He was shot in 1881."])
     assert_lines_in_order(pages[2]["contents"], ["Jesse James robbed banks.", "He was shot in 1882."])
@@ -106,24 +136,37 @@ def test_pages_file_keeps_every_line(tmp_path):
 def test_urls_in_asearcher_forms_and_languages(tmp_path):
     # ASearcher's webpages rows: `{url, contents}`, the title named by the index.php URL.
     src = write_jsonl(tmp_path / "corpus.jsonl", ROWS)
-    pages_file = write_jsonl(tmp_path / "webpages.jsonl", [
-        {"url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
-         "contents": "A town.\nIn Victoria."},
-        {"url": "https://de.wikipedia.org/wiki/Ned_Kelly", "contents": "Ned Kelly war ein Buschräuber."},
-    ])
+    pages_file = write_jsonl(
+        tmp_path / "webpages.jsonl",
+        [
+            {
+                "url": "https://en.wikipedia.org/w/index.php?title=Beveridge,%20Victoria",
+                "contents": "A town.\nIn Victoria.",
+            },
+            {"url": "https://de.wikipedia.org/wiki/Ned_Kelly", "contents": "Ned Kelly war ein Buschräuber."},
+        ],
+    )
     build_kb(src, tmp_path / "kb", opts=BuildOptions(progress=False, dense=False, pages_jsonl=pages_file))
-    refs = ["https://en.wikipedia.org/w/index.php/Beveridge,%20Victoria",  # index.php/ -> index.php?title=
-            "https://en.wikipedia.org/wiki/Beveridge,_Victoria",  # same page by title
-            "en.m.wikipedia.org/wiki/Beveridge,_Victoria",  # no scheme, mobile domain
-            "https://fr.wikipedia.org/wiki/Beveridge,_Victoria",  # an English page is no French one
-            "https://de.wikipedia.org/wiki/Ned_Kelly",  # the KB holds this German page
-            "https://de.wikipedia.org/w/index.php?title=Ned%20Kelly",
-            "https://en.wikipedia.org/wiki/Ned_Kelly",  # the English one is not in the pages file
-            "Beveridge, Victoria",  # a bare title has no language
-            "https://example.org/wiki/Beveridge,_Victoria"]
+    refs = [
+        "https://en.wikipedia.org/w/index.php/Beveridge,%20Victoria",  # index.php/ -> index.php?title=
+        "https://en.wikipedia.org/wiki/Beveridge,_Victoria",  # same page by title
+        "en.m.wikipedia.org/wiki/Beveridge,_Victoria",  # no scheme, mobile domain
+        "https://fr.wikipedia.org/wiki/Beveridge,_Victoria",  # an English page is no French one
+        "https://de.wikipedia.org/wiki/Ned_Kelly",  # the KB holds this German page
+        "https://de.wikipedia.org/w/index.php?title=Ned%20Kelly",
+        "https://en.wikipedia.org/wiki/Ned_Kelly",  # the English one is not in the pages file
+        "Beveridge, Victoria",  # a bare title has no language
+        "https://example.org/wiki/Beveridge,_Victoria",
+    ]
     got = access(tmp_path / "kb", refs)
     assert [p and (p["title"], p["contents"]) for p in got] == [
-        ("Beveridge, Victoria", "A town.\nIn Victoria."), ("Beveridge, Victoria", "A town.\nIn Victoria."),
-        ("Beveridge, Victoria", "A town.\nIn Victoria."), None,
-        ("Ned Kelly", "Ned Kelly war ein Buschräuber."), ("Ned Kelly", "Ned Kelly war ein Buschräuber."),
-        None, ("Beveridge, Victoria", "A town.\nIn Victoria."), None]
+        ("Beveridge, Victoria", "A town.\nIn Victoria."),
+        ("Beveridge, Victoria", "A town.\nIn Victoria."),
+        ("Beveridge, Victoria", "A town.\nIn Victoria."),
+        None,
+        ("Ned Kelly", "Ned Kelly war ein Buschräuber."),
+        ("Ned Kelly", "Ned Kelly war ein Buschräuber."),
+        None,
+        ("Beveridge, Victoria", "A town.\nIn Victoria."),
+        None,
+    ]

@@ -14,8 +14,13 @@ def launch(*args, env=None):
     import os
 
     clean = {k: v for k, v in os.environ.items() if k not in (RUN_CONFIG_ENV, "ASEARCHER_CONFIG")}
-    return subprocess.run([sys.executable, "-m", "asearcher_plugin.launch", *args], capture_output=True, text=True,
-                          env={**clean, **(env or {})}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.launch", *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        timeout=120,
+    )
 
 
 def test_no_config_is_refused_not_defaulted():

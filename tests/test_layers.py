@@ -9,9 +9,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def lint_imports(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
-                           "lint_imports_command()", "--config", str(config), "--no-cache"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--config",
+            str(config),
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def test_packages_keep_their_import_contracts():
@@ -28,18 +39,31 @@ def test_a_cross_layer_import_breaks_the_contract(tmp_path):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "data"))
     (tmp_path / "local_retriever" / "upward.py").write_text("def f():\n    from asearcher_plugin import reward\n")
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); sys.argv[1:2] = []; "
-                          "from importlinter.cli import lint_imports_command; lint_imports_command()",
-                          str(tmp_path), "--config", str(tmp_path / ".importlinter"), "--no-cache"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); sys.argv[1:2] = []; "
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            str(tmp_path),
+            "--config",
+            str(tmp_path / ".importlinter"),
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
     assert "local_retriever is not allowed to import asearcher_plugin" in out.stdout
     assert "local_retriever.upward -> asearcher_plugin.reward" in out.stdout
 
 
 def test_each_package_registers_its_own_sub_command():
-    out = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "--help"], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     commands = {line.split()[1] for line in out.stdout.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
     assert {"kb", "synth", "eval", "train"} <= commands, out.stdout

@@ -22,12 +22,15 @@ def _jsonl(path, rows):
     return path
 
 
-@pytest.mark.parametrize("row, problem", [
-    ({"id": "b", "question": None, "golden_answers": ["x"]}, "'question' is null"),
-    ({"id": "b", "question": "  ", "golden_answers": ["x"]}, "'question' is empty"),
-    ({"id": "b", "question": ["who?"], "golden_answers": ["x"]}, "'question' must be a string, got list"),
-    ({"id": "b", "question": "who?", "golden_answers": ["x", None]}, "'golden_answers' holds a null"),
-])
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({"id": "b", "question": None, "golden_answers": ["x"]}, "'question' is null"),
+        ({"id": "b", "question": "  ", "golden_answers": ["x"]}, "'question' is empty"),
+        ({"id": "b", "question": ["who?"], "golden_answers": ["x"]}, "'question' must be a string, got list"),
+        ({"id": "b", "question": "who?", "golden_answers": ["x", None]}, "'golden_answers' holds a null"),
+    ],
+)
 def test_eval_rows_with_a_null_question_or_answer_are_refused(tmp_path, row, problem):
     path = _jsonl(tmp_path / "nq.jsonl", [{"id": "a", "question": "who?", "golden_answers": ["y"]}, row])
     with pytest.raises(DatasetError) as err:
@@ -52,8 +55,9 @@ def tokenizer(tiny_model):
 def test_a_null_training_prompt_scores_zero_and_is_never_the_question_none(tokenizer, prompt):
     engine = ScriptedEngine(tokenizer, [("<answer>George Orwell</answer>", "stop")])
     config = AgentConfig(agent_type="asearcher", max_turns=2, max_new_tokens_per_turn=32)
-    result = asyncio.run(AgentExecutor(config).execute(prompt, "George Orwell", SamplingParams(logprobs=1), 1024,
-                                                       tokenizer, engine))
+    result = asyncio.run(
+        AgentExecutor(config).execute(prompt, "George Orwell", SamplingParams(logprobs=1), 1024, tokenizer, engine)
+    )
     assert result["reward"] == 0.0  # even though the answer matches the label
     shown = tokenizer.decode(engine.calls[0])
     assert "None" not in shown and "no question" in shown

@@ -64,8 +64,9 @@ class TurnEngine:
         ids = self.tokenizer(text=text, add_special_tokens=False)["input_ids"]
         stop = next((s for s in params.stop if text.endswith(s)), None)
         logprobs = [{t: Logprob(-0.5)} for t in ids] if params.logprobs is not None else None
-        return RequestOutput("r", list(prompt_token_ids),
-                             [CompletionOutput(0, text, ids, "stop" if stop else "length", stop, logprobs)])
+        return RequestOutput(
+            "r", list(prompt_token_ids), [CompletionOutput(0, text, ids, "stop" if stop else "length", stop, logprobs)]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +86,15 @@ def long_page(hybrid_kb, kb_server):
 
 
 def config(kb_server, **agent) -> AgentConfig:
-    return AgentConfig.model_validate({"agent_type": "asearcher", "max_turns": 20, "reward": {"format_factor": False},
-                                       "tools": {"observation_format": "asearcher", "topk": 5,
-                                                 "local": {"urls": [kb_server]}}, **agent})
+    return AgentConfig.model_validate(
+        {
+            "agent_type": "asearcher",
+            "max_turns": 20,
+            "reward": {"format_factor": False},
+            "tools": {"observation_format": "asearcher", "topk": 5, "local": {"urls": [kb_server]}},
+            **agent,
+        }
+    )
 
 
 def ids(tokenizer, text: str) -> list[int]:
@@ -101,14 +108,21 @@ def run(executor, tokenizer, engine, max_length=400_000, logprobs=None):
 
 def search_then_read_script(url: str, chunks: int) -> list[str]:
     """Search, summarise, open a page, summarise each of its chunks, answer."""
-    return (["<think>I should search.</think>\n<search>Angola capital</search>", "The results name Luanda.</think>",
-             "\n<access>" + url + "</access>"] + [f"Part {i} read.</think>" for i in range(1, chunks + 1)]
-            + ["\n<answer>Luanda</answer>"])
+    return (
+        [
+            "<think>I should search.</think>\n<search>Angola capital</search>",
+            "The results name Luanda.</think>",
+            "\n<access>" + url + "</access>",
+        ]
+        + [f"Part {i} read.</think>" for i in range(1, chunks + 1)]
+        + ["\n<answer>Luanda</answer>"]
+    )
 
 
 def expected_blocks(kb_server, url: str, page: str):
-    hits = httpx.post(f"{kb_server}/retrieve", json={"queries": ["Angola capital"], "topk": 5,
-                                                     "return_scores": False}).json()["result"][0]
+    hits = httpx.post(
+        f"{kb_server}/retrieve", json={"queries": ["Angola capital"], "topk": 5, "return_scores": False}
+    ).json()["result"][0]
     return asearcher_search_text(hits), asearcher_page_texts(page)
 
 
@@ -154,15 +168,24 @@ def test_search_and_page_chunks_token_for_token(tokenizer, kb_server, long_page,
 
 
 def test_exact_strings_of_blocks():
-    rows = [{"url": "https://en.wikipedia.org/wiki/A", "title": "A", "text": "x" * 6000,
-             "contents": '"A"\n' + "x" * 6000},
-            {"url": "https://en.wikipedia.org/wiki/B", "title": "B", "text": "b text", "contents": '"B"\nb text'}]
+    rows = [
+        {"url": "https://en.wikipedia.org/wiki/A", "title": "A", "text": "x" * 6000, "contents": '"A"\n' + "x" * 6000},
+        {"url": "https://en.wikipedia.org/wiki/B", "title": "B", "text": "b text", "contents": '"B"\nb text'},
+    ]
     assert search_block(rows, topk=5).text == asearcher_search_text(rows)
     assert search_block(rows, topk=1).text == asearcher_search_text(rows[:1])
     assert search_block([], topk=5).text == "<information>\nNo search results are found.\n</information>"
     # A web result is "title snippet", as ASearcher's Serper client gives it.
     assert doc_body({"title": "Luanda", "text": "Capital of Angola.", "url": "u"}) == "Luanda Capital of Angola."
-    for page in ["", "   \n", None, "short page", "p" * 25_000, "q" * 25_001, "".join(chr(97 + i % 26) for i in range(300_000))]:
+    for page in [
+        "",
+        "   \n",
+        None,
+        "short page",
+        "p" * 25_000,
+        "q" * 25_001,
+        "".join(chr(97 + i % 26) for i in range(300_000)),
+    ]:
         assert [(b.text, b.short) for b in page_blocks(page)] == asearcher_page_texts(page)
     assert len(page_blocks("z" * 300_000)) == 10  # 250,000 characters at most
 
@@ -189,14 +212,18 @@ def test_rebuilding_agent_sees_a_chunk_whole_once_then_its_stub(tokenizer, kb_se
     ((full, stub),) = asearcher_page_texts(page)
     turns = ["<access>" + url + "</access>", "Read it.</think>", "<answer>Luanda</answer>"]
     engine = TurnEngine(tokenizer, turns)
-    run(AgentExecutor(config(kb_server, agent_type="asearcher-reasoning"), for_training=False), tokenizer, engine,
-        max_length=200_000)
+    run(
+        AgentExecutor(config(kb_server, agent_type="asearcher-reasoning"), for_training=False),
+        tokenizer,
+        engine,
+        max_length=200_000,
+    )
 
     def prompt_ids(history):
         text = reasoning_prompt(QUESTION, history)
         if getattr(tokenizer, "chat_template", None):
             text = chat_prompt(tokenizer, text)
-        return ids(tokenizer, text)[-(200_000 - 1):]
+        return ids(tokenizer, text)[-(200_000 - 1) :]
 
     assert engine.calls[1] == prompt_ids(turns[0] + appended(full))
     assert engine.calls[2] == prompt_ids(turns[0] + appended(stub) + turns[1])

@@ -31,12 +31,27 @@ N_PROMPTS, BATCH, SAMPLES, ETA, QUEUE = 6, 2, 2, 2, 1
 
 
 def train(tmp: Path, tiny_model, kb_server, prompts: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", str(RECIPE), "--cpu",
-           "--set", f"openrlhf.actor.model_name_or_path={tiny_model}",
-           "--set", f"openrlhf.data.prompt_dataset={prompts}",
-           "--set", f"agent.tools.local.urls=[{kb_server}]",
-           "--set", f"openrlhf.ckpt.path={tmp / 'ckpt'}", "--set", f"openrlhf.ckpt.output_dir={tmp / 'final'}",
-           "--set", f"scheduler.trace={tmp / 'trace.jsonl'}", *[x for o in overrides for x in ("--set", o)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asearcher_plugin.cli",
+        "train",
+        str(RECIPE),
+        "--cpu",
+        "--set",
+        f"openrlhf.actor.model_name_or_path={tiny_model}",
+        "--set",
+        f"openrlhf.data.prompt_dataset={prompts}",
+        "--set",
+        f"agent.tools.local.urls=[{kb_server}]",
+        "--set",
+        f"openrlhf.ckpt.path={tmp / 'ckpt'}",
+        "--set",
+        f"openrlhf.ckpt.output_dir={tmp / 'final'}",
+        "--set",
+        f"scheduler.trace={tmp / 'trace.jsonl'}",
+        *[x for o in overrides for x in ("--set", o)],
+    ]
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp, env=env)
     (tmp / "train.log").write_text(proc.stdout + proc.stderr)
@@ -54,8 +69,9 @@ def prompts(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
     rows = load_sample_questions()[:N_PROMPTS]
-    path.write_text("".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n"
-                            for q in rows))
+    path.write_text(
+        "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
+    )
     return path
 
 
@@ -81,16 +97,29 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
         trained = [p for exp in fit["experiences"] for p in exp["prompts"]]
         assert sorted(trained) == sorted(g["prompt"] for g in row["groups"] for _ in range(SAMPLES))
         for exp in fit["experiences"]:  # the info only the streaming generator adds reached the trainer
-            assert {"staleness", "policy_version_admitted", "policy_version_first_token",
-                    "policy_version_last_token", "reward"} <= set(exp["info"])
+            assert {
+                "staleness",
+                "policy_version_admitted",
+                "policy_version_first_token",
+                "policy_version_last_token",
+                "reward",
+            } <= set(exp["info"])
     # every prompt of every episode consumed exactly once; nothing filtered, failed or dropped
     for episode in (0, 1):
         consumed = [g["prompt"] for r in trace if r["episode"] == episode for g in r["groups"]]
         assert sorted(consumed) == questions, f"episode {episode}"
-        assert sum(r["prompts_consumed"] for r in read_jsonl(async_run / "trace.jsonl")
-                   if r["episode"] == episode) == N_PROMPTS
-    assert all(r["stats"]["failed"] == r["stats"]["filtered"] == r["stats"]["stale_dropped"]
-               == r["stats"]["stale_restarted"] == 0 for r in trace)
+        assert (
+            sum(r["prompts_consumed"] for r in read_jsonl(async_run / "trace.jsonl") if r["episode"] == episode)
+            == N_PROMPTS
+        )
+    assert all(
+        r["stats"]["failed"]
+        == r["stats"]["filtered"]
+        == r["stats"]["stale_dropped"]
+        == r["stats"]["stale_restarted"]
+        == 0
+        for r in trace
+    )
     # versions come from the trainer's steps: with one slot, the k-th call sees k - 2 updates
     assert all(r["version_source"] == "trainer" for r in trace)
     assert [r["engine_version"] for r in trace] == [max(0, r["call"] - QUEUE - 1) for r in trace]
@@ -99,8 +128,10 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     for r in trace:
         for g in r["groups"]:
             assert g["staleness"] == r["train_version"] - g["admitted_version"] >= 0
-            assert all(g["admitted_version"] <= f <= last <= r["engine_version"]
-                       for f, last in zip(g["first_token_version"], g["last_token_version"]))
+            assert all(
+                g["admitted_version"] <= f <= last <= r["engine_version"]
+                for f, last in zip(g["first_token_version"], g["last_token_version"])
+            )
     # groups run across calls: the first call admitted eta + 1 batches, not just its own (not batch-synchronous)
     assert trace[0]["admitted"] == (ETA + 1) * BATCH > BATCH
     # checkpoints after every step and the final model
@@ -117,8 +148,15 @@ def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_mo
     before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
     first = batches(read_jsonl(async_run / "trace.jsonl"))
     trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}
-    train(tmp_path, tiny_model, kb_server, prompts, "openrlhf.train.num_episodes=2", "openrlhf.ckpt.load_enable=true",
-          "scheduler.on_stale=restart")
+    train(
+        tmp_path,
+        tiny_model,
+        kb_server,
+        prompts,
+        "openrlhf.train.num_episodes=2",
+        "openrlhf.ckpt.load_enable=true",
+        "scheduler.on_stale=restart",
+    )
     trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
     questions = {json.loads(line)["question"] for line in prompts.read_text().splitlines()}
     episode0 = [g["prompt"] for r in trace if r["episode"] == 0 for g in r["groups"]]
@@ -132,13 +170,20 @@ def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_mo
 
 
 def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, prompts):
-    proc = train(tmp_path, tiny_model, kb_server, prompts, "openrlhf.train.async_enable=false",
-                 "openrlhf.train.partial_rollout_enable=false")
+    proc = train(
+        tmp_path,
+        tiny_model,
+        kb_server,
+        prompts,
+        "openrlhf.train.async_enable=false",
+        "openrlhf.train.partial_rollout_enable=false",
+    )
     assert "without the streaming scheduler" in proc.stderr
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
     assert len(fits) == N_PROMPTS // BATCH
     trained = sorted(p for fit in fits for exp in fit["experiences"] for p in exp["prompts"])
-    assert trained == sorted(json.loads(line)["question"] for line in prompts.read_text().splitlines()
-                             for _ in range(SAMPLES))
+    assert trained == sorted(
+        json.loads(line)["question"] for line in prompts.read_text().splitlines() for _ in range(SAMPLES)
+    )
     assert all({"reward", "turns", "searches"} <= set(exp["info"]) for fit in fits for exp in fit["experiences"])
     assert not (tmp_path / "trace.jsonl").exists()  # OpenRLHF's own generator ran

@@ -13,13 +13,16 @@ def build_as_openrlhf(run_config: dict) -> subprocess.CompletedProcess:
     """What OpenRLHF's rollout actor does: load env.py by path, build AgentExecutor() with no arguments."""
     from asearcher_plugin.env import agent_file
 
-    probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('agent_module', sys.argv[1]); "
-             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.AgentExecutor(); print('ready')")
+    probe = (
+        "import importlib.util, sys; s = importlib.util.spec_from_file_location('agent_module', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.AgentExecutor(); print('ready')"
+    )
     import os
 
     env = {**os.environ, "ASEARCHER_RUN_CONFIG": json.dumps(run_config)}
-    return subprocess.run([sys.executable, "-c", probe, str(agent_file())], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", probe, str(agent_file())], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_unreachable_kb_fails_at_start_naming_node_and_urls():

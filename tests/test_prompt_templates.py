@@ -53,7 +53,11 @@ def test_default_templates_render_the_old_prompts_byte_for_byte(question):
 
 
 def test_template_files_are_the_old_text():
-    for name, old in [("search-r1", OLD_SEARCH_R1), ("asearcher", OLD_ASEARCHER), ("asearcher-reasoning", OLD_REASONING)]:
+    for name, old in [
+        ("search-r1", OLD_SEARCH_R1),
+        ("asearcher", OLD_ASEARCHER),
+        ("asearcher-reasoning", OLD_REASONING),
+    ]:
         assert (TEMPLATE_DIR / f"{name}.txt").read_bytes() == old.encode("utf-8")
 
 
@@ -69,10 +73,14 @@ def test_user_template_is_used_byte_for_byte(tmp_path):
     text = "User: {question}\nToday is {current_date}. Use {{braces}} freely.\n\nAssistant: \n<think>\n"
     cfg = load_config(write(tmp_path, text))
     before = datetime.now().strftime("%Y.%m.%d")
-    observation = asyncio.run(AgentInstance(cfg).reset({"observation": "  Where is Luanda? ", "label": None}))["observation"]
+    observation = asyncio.run(AgentInstance(cfg).reset({"observation": "  Where is Luanda? ", "label": None}))[
+        "observation"
+    ]
     after = datetime.now().strftime("%Y.%m.%d")
-    assert observation in {text.replace("{question}", "Where is Luanda?").replace("{current_date}", day)
-                           .replace("{{braces}}", "{braces}") for day in (before, after)}
+    assert observation in {
+        text.replace("{question}", "Where is Luanda?").replace("{current_date}", day).replace("{{braces}}", "{braces}")
+        for day in (before, after)
+    }
 
 
 def test_reasoning_template_gets_the_history(tmp_path):
@@ -83,14 +91,17 @@ def test_reasoning_template_gets_the_history(tmp_path):
     assert reasoning_prompt("Q?", "searched once", template) == "Q: Q?\nH: searched once\n"
 
 
-@pytest.mark.parametrize("text, agent_type, problem", [
-    ("{question} {history}", "asearcher", r"unknown field \{history\} for agent_type 'asearcher'"),
-    ("{question} {context}", "asearcher-reasoning", r"unknown field \{context\}"),
-    ("{question.upper}", "search-r1", r"unknown field \{question.upper\}"),
-    ("{} {question}", "asearcher", r"unknown field \{\}"),
-    ("Answer this.", "asearcher", r"needs the field \{question\}"),
-    ("{question} {", "asearcher", r"literal brace"),
-])
+@pytest.mark.parametrize(
+    "text, agent_type, problem",
+    [
+        ("{question} {history}", "asearcher", r"unknown field \{history\} for agent_type 'asearcher'"),
+        ("{question} {context}", "asearcher-reasoning", r"unknown field \{context\}"),
+        ("{question.upper}", "search-r1", r"unknown field \{question.upper\}"),
+        ("{} {question}", "asearcher", r"unknown field \{\}"),
+        ("Answer this.", "asearcher", r"needs the field \{question\}"),
+        ("{question} {", "asearcher", r"literal brace"),
+    ],
+)
 def test_bad_template_fails_at_load_naming_field_and_file(tmp_path, text, agent_type, problem):
     with pytest.raises(ConfigError, match=problem) as err:
         load_config(write(tmp_path, text, agent_type))
@@ -110,8 +121,11 @@ def test_pip_install_ships_the_templates(tmp_path):
         assert f"asearcher_plugin/agent/templates/{name}.txt" in names
     for fmt in ("verdict", "asearcher"):  # the judge's templates ride in the same wheel
         assert f"asearcher_plugin/judge_templates/{fmt}.txt" in names
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import asearcher_plugin.agent.prompts as p; "
-             "assert p.__file__.startswith(sys.argv[1]), p.__file__; print(p.build_prompt('asearcher', 'Q?'), end='')")
-    out = subprocess.run([sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True,
-                         cwd=tmp_path)
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import asearcher_plugin.agent.prompts as p; "
+        "assert p.__file__.startswith(sys.argv[1]), p.__file__; print(p.build_prompt('asearcher', 'Q?'), end='')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.stdout == OLD_ASEARCHER.format(question="Q?")

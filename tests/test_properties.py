@@ -24,11 +24,19 @@ from local_retriever.server import ServerLimits, build_app, uvicorn_options
 from tests.http_helpers import serve_app
 
 SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
-CHAR = st.one_of(st.characters(), SURROGATE, st.sampled_from(list("<>/[]:. \n\\\"")))
+CHAR = st.one_of(st.characters(), SURROGATE, st.sampled_from(list('<>/[]:. \n\\"')))
 TAGS = [f"<{t}>" for t in ("search", "access", "answer", "think", "information")]
 TAGS += [t.replace("<", "</") for t in TAGS]
-MALFORMED_URLS = ["http://[::1", "http://[::1]:99999/", "http://x:abc/", "http://a..b/", "http://" + "a" * 64 + ".com/",
-                  "http://", "https://en.wikipedia.org/wiki/\ud800", "https://de.wikipedia.org/wiki/Angola"]
+MALFORMED_URLS = [
+    "http://[::1",
+    "http://[::1]:99999/",
+    "http://x:abc/",
+    "http://a..b/",
+    "http://" + "a" * 64 + ".com/",
+    "http://",
+    "https://en.wikipedia.org/wiki/\ud800",
+    "https://de.wikipedia.org/wiki/Angola",
+]
 
 short_text = st.text(CHAR, max_size=80)
 huge_text = st.builds(lambda unit, n: unit * n, st.text(CHAR, min_size=1, max_size=6), st.integers(20_000, 120_000))
@@ -36,8 +44,11 @@ model_text = st.one_of(
     short_text,
     huge_text,
     st.lists(st.one_of(short_text, st.sampled_from(TAGS), st.sampled_from(MALFORMED_URLS)), max_size=10).map("".join),
-    st.builds(lambda tag, arg: f"<{tag}>{arg}</{tag}>", st.sampled_from(["search", "access", "answer"]),
-              st.one_of(short_text, huge_text, st.sampled_from(MALFORMED_URLS))),
+    st.builds(
+        lambda tag, arg: f"<{tag}>{arg}</{tag}>",
+        st.sampled_from(["search", "access", "answer"]),
+        st.one_of(short_text, huge_text, st.sampled_from(MALFORMED_URLS)),
+    ),
 )
 GOOD_QUERIES = ["capital of Angola", "Albert Einstein Nobel Prize", "largest ocean"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -75,21 +86,29 @@ def _escaped(payload) -> bytes:
     return json.dumps(payload, ensure_ascii=True).encode("ascii")
 
 
-json_value = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False), short_text)
+json_value = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=False), short_text)
 retrieve_bodies = st.one_of(
     st.binary(max_size=2000),
     st.builds(lambda q: _escaped({"queries": q}), st.lists(st.one_of(short_text, huge_text), max_size=4)),
-    st.builds(lambda q, k, s: _escaped({"queries": q, "topk": k, "return_scores": s}),
-              st.lists(short_text, min_size=1, max_size=3), json_value, json_value),
+    st.builds(
+        lambda q, k, s: _escaped({"queries": q, "topk": k, "return_scores": s}),
+        st.lists(short_text, min_size=1, max_size=3),
+        json_value,
+        json_value,
+    ),
     st.builds(lambda v: _escaped({"queries": v}), json_value),
     st.builds(lambda n: b'{"queries": ' + b"[" * n + b"]" * n + b"}", st.integers(1, 200_000)),
-    st.builds(lambda n: b'{"queries": ["' + b"x" * n + b'"]}', st.integers(LIMITS.max_body_bytes - 200,
-                                                                          LIMITS.max_body_bytes + 2000)),
+    st.builds(
+        lambda n: b'{"queries": ["' + b"x" * n + b'"]}',
+        st.integers(LIMITS.max_body_bytes - 200, LIMITS.max_body_bytes + 2000),
+    ),
 )
 access_bodies = st.one_of(
     st.binary(max_size=2000),
-    st.builds(lambda u: _escaped({"urls": u}),
-              st.lists(st.one_of(short_text, huge_text, st.sampled_from(MALFORMED_URLS)), max_size=4)),
+    st.builds(
+        lambda u: _escaped({"urls": u}),
+        st.lists(st.one_of(short_text, huge_text, st.sampled_from(MALFORMED_URLS)), max_size=4),
+    ),
     st.builds(lambda v: _escaped({"urls": v}), json_value),
 )
 
@@ -98,7 +117,9 @@ async def _pair(client: httpx.AsyncClient, url: str, path: str, bad: bytes, good
     """The bad request and a good one, sent at the same moment so that they can share a micro-batch."""
     return await asyncio.gather(
         client.post(f"{url}{path}", content=bad, headers={"content-type": "application/json"}),
-        client.post(f"{url}{path}", json=good), return_exceptions=True)
+        client.post(f"{url}{path}", json=good),
+        return_exceptions=True,
+    )
 
 
 def _check_bad(response: httpx.Response | BaseException, body: bytes) -> None:
@@ -112,10 +133,14 @@ def _check_bad(response: httpx.Response | BaseException, body: bytes) -> None:
         assert set(body) == {"error"} and body["error"]["code"] and body["error"]["message"]
 
 
-@pytest.mark.parametrize("path,bodies,good", [
-    ("/retrieve", retrieve_bodies, lambda i: {"queries": [GOOD_QUERIES[i % 3]], "topk": 3}),
-    ("/access", access_bodies, lambda i: {"urls": [("Albert Einstein", "Angola", "Atlantic Ocean")[i % 3]]}),
-], ids=["retrieve", "access"])
+@pytest.mark.parametrize(
+    "path,bodies,good",
+    [
+        ("/retrieve", retrieve_bodies, lambda i: {"queries": [GOOD_QUERIES[i % 3]], "topk": 3}),
+        ("/access", access_bodies, lambda i: {"urls": [("Albert Einstein", "Angola", "Atlantic Ocean")[i % 3]]}),
+    ],
+    ids=["retrieve", "access"],
+)
 def test_server_answers_any_body_and_a_good_request_alongside_is_unaffected(server, loop, path, bodies, good):
     client = httpx.AsyncClient(timeout=120)
     alone = [loop.run_until_complete(client.post(f"{server}{path}", json=good(i))).json() for i in range(3)]

@@ -12,8 +12,15 @@ import pytest
 
 from asearcher_plugin.launch import build_command
 from asearcher_plugin.openrlhf_args import known_flags
-from asearcher_plugin.recipe import (RECIPE_DIR, Recipe, RecipeError, load_recipe, openrlhf_argv, recipe_names,
-                                     resolve_recipe)
+from asearcher_plugin.recipe import (
+    RECIPE_DIR,
+    Recipe,
+    RecipeError,
+    load_recipe,
+    openrlhf_argv,
+    recipe_names,
+    resolve_recipe,
+)
 from tests.wheel_helpers import build_and_install
 
 RECIPES = recipe_names()
@@ -58,11 +65,14 @@ def test_a_recipe_by_path_and_the_dict_form(tmp_path):
     assert as_dict["openrlhf"]["rollout.batch_size"] == 2
 
 
-@pytest.mark.parametrize("given, message", [
-    ("local_7b", "local_7b: unknown recipe; give a YAML path or one of the packaged recipes: cpu_tiny, "),
-    ("nowhere/cpu_tiny.yaml", "recipe file not found (the packaged 'cpu_tiny'?)"),
-    ("mine.yaml", "mine.yaml: recipe file not found; give a YAML path or one of the packaged recipes: "),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ("local_7b", "local_7b: unknown recipe; give a YAML path or one of the packaged recipes: cpu_tiny, "),
+        ("nowhere/cpu_tiny.yaml", "recipe file not found (the packaged 'cpu_tiny'?)"),
+        ("mine.yaml", "mine.yaml: recipe file not found; give a YAML path or one of the packaged recipes: "),
+    ],
+)
 def test_an_unknown_recipe_lists_the_packaged_names(given, message):
     with pytest.raises(RecipeError) as err:
         Recipe.load(given)
@@ -70,16 +80,22 @@ def test_an_unknown_recipe_lists_the_packaged_names(given, message):
     assert all(name in str(err.value) for name in RECIPES)
 
 
-@pytest.mark.parametrize("override, field, message", [
-    ("openrlhf.rollout.batch_size=many", "openrlhf.rollout.batch_size", "invalid int value: 'many'"),
-    ("openrlhf.rollout.batchsize=4", "openrlhf.rollout.batchsize",
-     "not a flag of OpenRLHF 0.11.2 (did you mean rollout.batch_size?)"),
-    ("openrlhf.train.async_enable=1", "openrlhf.train.async_enable", "a switch: give true or false, not 1"),
-    ("openrlhf.algo.advantage.estimator=grpo", "openrlhf.algo.advantage.estimator", "invalid choice: 'grpo'"),
-    ("openrlhf.train.async_enable=false", "", "partial_rollout_enable requires --train.async_enable"),
-    ("openrlhf.train.partial_rollout_enable=false", "", "partial_rollout_enable"),  # the scheduler's own check
-    ("openrlhf.train.async_queue_size=5", "scheduler.max_staleness", "=4 < --train.async_queue_size=5"),
-])
+@pytest.mark.parametrize(
+    "override, field, message",
+    [
+        ("openrlhf.rollout.batch_size=many", "openrlhf.rollout.batch_size", "invalid int value: 'many'"),
+        (
+            "openrlhf.rollout.batchsize=4",
+            "openrlhf.rollout.batchsize",
+            "not a flag of OpenRLHF 0.11.2 (did you mean rollout.batch_size?)",
+        ),
+        ("openrlhf.train.async_enable=1", "openrlhf.train.async_enable", "a switch: give true or false, not 1"),
+        ("openrlhf.algo.advantage.estimator=grpo", "openrlhf.algo.advantage.estimator", "invalid choice: 'grpo'"),
+        ("openrlhf.train.async_enable=false", "", "partial_rollout_enable requires --train.async_enable"),
+        ("openrlhf.train.partial_rollout_enable=false", "", "partial_rollout_enable"),  # the scheduler's own check
+        ("openrlhf.train.async_queue_size=5", "scheduler.max_staleness", "=4 < --train.async_queue_size=5"),
+    ],
+)
 def test_openrlhf_flags_are_checked_by_openrlhf_naming_file_and_field(override, field, message):
     recipe = Recipe.load(BASE, [override])  # shapes are fine: only OpenRLHF's parser and checks can tell
     with pytest.raises(RecipeError) as err:
@@ -96,19 +112,22 @@ def test_streaming_needs_eta_at_least_the_queue():
     assert Recipe.load(BASE, ["scheduler.enable=false"]).check().scheduler is None
 
 
-@pytest.mark.parametrize("override, message", [
-    ("scheduler.max_concurrent=abc", "scheduler.max_concurrent: Input should be a valid integer"),
-    ("scheduler.max_concurrent=0", "scheduler.max_concurrent"),
-    ("scheduler.max_staleness=-3", "scheduler.max_staleness"),
-    ("scheduler.max_stalenes=4", "scheduler.max_stalenes: Extra inputs are not permitted"),
-    ("scheduler.on_stale=drop", "scheduler.on_stale"),
-    ("schedular.enable=true", "unknown section(s) ['schedular']"),
-    ("agent.agent_type=magic", "agent.agent_type"),
-    ("resources.node=2", "resources.node: Extra inputs are not permitted"),
-    ("openrlhf.rollout={batch_size: 4}", "rollout: a flag's value is a number, a string, true/false or a list"),
-    ("openrlhf.--rollout.batch_size=4", "write a flag without its dashes"),
-    ("openrlhf=null", "--set: `openrlhf:` is empty"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("scheduler.max_concurrent=abc", "scheduler.max_concurrent: Input should be a valid integer"),
+        ("scheduler.max_concurrent=0", "scheduler.max_concurrent"),
+        ("scheduler.max_staleness=-3", "scheduler.max_staleness"),
+        ("scheduler.max_stalenes=4", "scheduler.max_stalenes: Extra inputs are not permitted"),
+        ("scheduler.on_stale=drop", "scheduler.on_stale"),
+        ("schedular.enable=true", "unknown section(s) ['schedular']"),
+        ("agent.agent_type=magic", "agent.agent_type"),
+        ("resources.node=2", "resources.node: Extra inputs are not permitted"),
+        ("openrlhf.rollout={batch_size: 4}", "rollout: a flag's value is a number, a string, true/false or a list"),
+        ("openrlhf.--rollout.batch_size=4", "write a flag without its dashes"),
+        ("openrlhf=null", "--set: `openrlhf:` is empty"),
+    ],
+)
 def test_sections_are_validated_when_loaded_naming_file_and_field(override, message):
     with pytest.raises(RecipeError) as err:
         Recipe.load(BASE, [override])
@@ -137,8 +156,9 @@ def test_argv_rendering():
 
 def test_train_print_cmd_and_dry_run_by_name():
     cli = [sys.executable, "-m", "asearcher_plugin.cli", "train", BASE]
-    out = subprocess.run([*cli, "--print-cmd", "--set", "agent.max_turns=16"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [*cli, "--print-cmd", "--set", "agent.max_turns=16"], capture_output=True, text=True, check=True
+    ).stdout
     launcher, job = out.strip().splitlines()
     assert "python -m asearcher_plugin.launch" in launcher and "--train.agent_func_path" in launcher
     # the cluster form runs the launcher (which installs the scheduler), with the config in the job's runtime env
@@ -164,16 +184,32 @@ def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASEARCHER_")}
     env["PYTHONPATH"] = str(target)
-    probe = ("import asearcher_plugin.recipe as r; print(r.__file__); print(r.resolve_recipe('local_7b_1node')); "
-             "print(r.recipe_names())")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=elsewhere,
-                         env=env).stdout.splitlines()
+    probe = (
+        "import asearcher_plugin.recipe as r; print(r.__file__); print(r.resolve_recipe('local_7b_1node')); "
+        "print(r.recipe_names())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=elsewhere, env=env
+    ).stdout.splitlines()
     assert out[0].startswith(str(target)) and out[1] == str(target / "asearcher_plugin/recipes/local_7b_1node.yaml")
     assert eval(out[2]) == RECIPES
-    dry = subprocess.run([sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--dry-run"],
-                         capture_output=True, text=True, cwd=elsewhere, env=env)
+    dry = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+    )
     assert dry.returncode == 0, dry.stderr
     assert f"{target}/asearcher_plugin/recipes/local_7b_1node.yaml: " in dry.stdout and "accepted" in dry.stdout
-    assert f"{target}/asearcher_plugin/env.py" in subprocess.run(
-        [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--print-cmd"], capture_output=True,
-        text=True, check=True, cwd=elsewhere, env=env).stdout  # the installed agent file is the one OpenRLHF loads
+    assert (
+        f"{target}/asearcher_plugin/env.py"
+        in subprocess.run(
+            [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--print-cmd"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=elsewhere,
+            env=env,
+        ).stdout
+    )  # the installed agent file is the one OpenRLHF loads

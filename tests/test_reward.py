@@ -26,14 +26,17 @@ def test_normalisations():
     assert normalize_text("True") == "yes"
 
 
-@pytest.mark.parametrize("pred,gold,em,f1,sub,cover", [
-    ("Luanda", ["Luanda"], 1, 1, 1, 1),
-    ("the city of Luanda", ["Luanda"], 0, 0.5, 1, 1),
-    ("Frank Borman", ["Borman", "Frank Borman"], 1, 1, 1, 1),
-    ("Borman Frank", ["Frank Borman"], 0, 1, 0, 1),
-    ("Lisbon", ["Luanda"], 0, 0, 0, 0),
-    ("", ["Luanda"], 0, 0, 0, 0),
-])
+@pytest.mark.parametrize(
+    "pred,gold,em,f1,sub,cover",
+    [
+        ("Luanda", ["Luanda"], 1, 1, 1, 1),
+        ("the city of Luanda", ["Luanda"], 0, 0.5, 1, 1),
+        ("Frank Borman", ["Borman", "Frank Borman"], 1, 1, 1, 1),
+        ("Borman Frank", ["Frank Borman"], 0, 1, 0, 1),
+        ("Lisbon", ["Luanda"], 0, 0, 0, 0),
+        ("", ["Luanda"], 0, 0, 0, 0),
+    ],
+)
 def test_metrics(pred, gold, em, f1, sub, cover):
     assert exact_match(pred, gold) == em
     assert f1_score(pred, gold) == pytest.approx(f1)
@@ -57,26 +60,30 @@ def test_gold_parsing_and_format():
 
 # ASearcher's training reward options (AReaL/ASearcher/utils/rewards.py and search_tool.py), by hand.
 
-@pytest.mark.parametrize("pred,gold,expected", [
-    # {北,京,市} vs {北,京}: P = 2/3, R = 1, F1 = 2 * (2/3) / (2/3 + 1) = 0.8
-    ("北京市", "北京", 0.8),
-    # gold: runs {2008} + chars {年,北,京,奥,运,会} = 7 tokens; prediction: runs {2008, 8} + chars
-    # {北,京,奥,运,会,于,年,月,举,行} = 12 tokens; common 7: P = 7/12, R = 1, F1 = (14/12) / (19/12) = 14/19
-    ("北京奥运会于2008年8月举行", "2008年北京奥运会", 14 / 19),
-    # "，" and "。" are dropped, order does not matter: {北,京,中,国} both sides, F1 = 1
-    ("中国北京。", "北京，中国", 1.0),
-    # a Chinese gold splits Latin words into letters too: gold {北,京,b,e,i,j,n,g} (8), prediction
-    # {b,e,i,j,n,g} (6): P = 1, R = 6/8, F1 = 1.5 / 1.75 = 6/7
-    ("Beijing", "北京 Beijing", 6 / 7),
-    # only the gold is tested for Chinese: an English gold keeps word tokens
-    ("北京", "Beijing", 0.0),
-    # U+3400 (Extension A) is matched: {㐀,㐁} vs {㐀}: P = 1/2, R = 1, F1 = 2/3
-    ("㐀㐁", "㐀", 2 / 3),
-    # Extension B (U+20000) is not (ASearcher's surrogate-pair test never fires): one word each, no match
-    ("\U00020000\U00020001", "\U00020000", 0.0),
-    # kana is not Chinese to it either
-    ("ひらがなです", "ひらがな", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "pred,gold,expected",
+    [
+        # {北,京,市} vs {北,京}: P = 2/3, R = 1, F1 = 2 * (2/3) / (2/3 + 1) = 0.8
+        ("北京市", "北京", 0.8),
+        # gold: runs {2008} + chars {年,北,京,奥,运,会} = 7 tokens; prediction: runs {2008, 8} + chars
+        # {北,京,奥,运,会,于,年,月,举,行} = 12 tokens; common 7: P = 7/12, R = 1, F1 = (14/12) / (19/12) = 14/19
+        ("北京奥运会于2008年8月举行", "2008年北京奥运会", 14 / 19),
+        # "，" and "。" are dropped, order does not matter: {北,京,中,国} both sides, F1 = 1
+        ("中国北京。", "北京，中国", 1.0),
+        # a Chinese gold splits Latin words into letters too: gold {北,京,b,e,i,j,n,g} (8), prediction
+        # {b,e,i,j,n,g} (6): P = 1, R = 6/8, F1 = 1.5 / 1.75 = 6/7
+        ("Beijing", "北京 Beijing", 6 / 7),
+        # only the gold is tested for Chinese: an English gold keeps word tokens
+        ("北京", "Beijing", 0.0),
+        # U+3400 (Extension A) is matched: {㐀,㐁} vs {㐀}: P = 1/2, R = 1, F1 = 2/3
+        ("㐀㐁", "㐀", 2 / 3),
+        # Extension B (U+20000) is not (ASearcher's surrogate-pair test never fires): one word each, no match
+        ("\U00020000\U00020001", "\U00020000", 0.0),
+        # kana is not Chinese to it either
+        ("ひらがなです", "ひらがな", 0.0),
+    ],
+)
 def test_asearcher_f1_over_chinese_characters(pred, gold, expected):
     assert asearcher_f1(pred, gold, cjk=True) == pytest.approx(expected)
 
@@ -125,8 +132,9 @@ def test_reward_options_reach_the_environment_reward():
 
     def reward(answer: str, label, **options) -> float:
         config = AgentConfig(agent_type="search-r1", reward=RewardConfig(**options))
-        result = asyncio.run(AgentInstance(config, None).step({"action_text": f"<answer>{answer}</answer>",
-                                                                "label": label}))
+        result = asyncio.run(
+            AgentInstance(config, None).step({"action_text": f"<answer>{answer}</answer>", "label": label})
+        )
         return result["rewards"].item()
 
     assert reward("北京市", ["北京"]) == 0.0

@@ -26,7 +26,9 @@ def make_runner(durations: dict, fail: set | None = None, seen: list | None = No
 def test_batches_stream_while_a_straggler_runs():
     async def main():
         durations = {0: 0.5}  # prompt 0 is a long trajectory
-        sched = StreamingScheduler(make_runner(durations), iter(range(40)), batch_size=4, max_concurrent=8, max_staleness=4)
+        sched = StreamingScheduler(
+            make_runner(durations), iter(range(40)), batch_size=4, max_concurrent=8, max_staleness=4
+        )
         first = await sched.next_batch()
         assert [g.prompt for g in first] == [1, 2, 3, 4]  # not held back by prompt 0
         assert any(g.prompt == 0 for g in sched.in_flight())
@@ -44,8 +46,9 @@ def test_default_keeps_stragglers_bounds_admission_and_drops_nothing():
     durations = {p: rng.choice([0.001, 0.002, 0.003, 0.08]) for p in range(60)}
 
     async def main():
-        sched = StreamingScheduler(make_runner(durations), iter(range(60)), batch_size=4, max_concurrent=12,
-                                   max_staleness=1)
+        sched = StreamingScheduler(
+            make_runner(durations), iter(range(60)), batch_size=4, max_concurrent=12, max_staleness=1
+        )
         admit = sched._admit
 
         def checked_admit():  # the invariant at every admission, not just between batches
@@ -77,8 +80,14 @@ def test_restart_mode_bounds_staleness_and_admission_respects_capacity():
 
     async def main():
         for eta in (0, 1, 3):
-            sched = StreamingScheduler(make_runner(durations), iter(range(400)), batch_size=5, max_concurrent=12,
-                                       max_staleness=eta, on_stale="restart")
+            sched = StreamingScheduler(
+                make_runner(durations),
+                iter(range(400)),
+                batch_size=5,
+                max_concurrent=12,
+                max_staleness=eta,
+                on_stale="restart",
+            )
             for version in range(12):
                 batch = await sched.next_batch()
                 assert len(batch) == 5
@@ -99,8 +108,9 @@ def test_a_straggler_past_eta_is_restarted_once_then_dropped():
         return [prompt]
 
     async def main():
-        sched = StreamingScheduler(run, iter(range(20)), batch_size=2, max_concurrent=3, max_staleness=1,
-                                   on_stale="restart")
+        sched = StreamingScheduler(
+            run, iter(range(20)), batch_size=2, max_concurrent=3, max_staleness=1, on_stale="restart"
+        )
         consumed, version = [], 0
         while True:
             try:
@@ -123,8 +133,9 @@ def test_a_straggler_past_eta_is_restarted_once_then_dropped():
 def test_a_failing_rollout_is_retried_once_then_dropped():
     async def main():
         seen = []
-        sched = StreamingScheduler(make_runner({}, fail={3, 4}, seen=seen), iter(range(10)), batch_size=4,
-                                   max_concurrent=4, max_staleness=10)
+        sched = StreamingScheduler(
+            make_runner({}, fail={3, 4}, seen=seen), iter(range(10)), batch_size=4, max_concurrent=4, max_staleness=10
+        )
         prompts = []
         try:
             while True:
@@ -141,8 +152,9 @@ def test_a_failing_rollout_is_retried_once_then_dropped():
 def test_dynamic_filtering_replaces_groups_and_counts_prompts_exactly():
     async def main():
         keep = lambda g: g.prompt % 3 != 0  # noqa: E731 - e.g. all rewards equal
-        sched = StreamingScheduler(make_runner({}), iter(range(30)), batch_size=5, max_concurrent=6,
-                                   max_staleness=1, keep_group=keep)
+        sched = StreamingScheduler(
+            make_runner({}), iter(range(30)), batch_size=5, max_concurrent=6, max_staleness=1, keep_group=keep
+        )
         got = []
         for v in range(3):
             got += [g.prompt for g in await sched.next_batch()]

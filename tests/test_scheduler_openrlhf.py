@@ -38,9 +38,14 @@ def local_ray():
 def make_args(batch_size=2, queue=1):
     return SimpleNamespace(
         rollout=SimpleNamespace(batch_size=batch_size, n_samples_per_prompt=2, vllm_generate_batch_size=batch_size),
-        algo=SimpleNamespace(dynamic_filtering_enable=False, dynamic_filtering_range=(0.0, 1.0),
-                             advantage=SimpleNamespace(is_correction_level="token")),
-        train=SimpleNamespace(async_queue_size=queue), vllm=SimpleNamespace(enable_sleep=False))
+        algo=SimpleNamespace(
+            dynamic_filtering_enable=False,
+            dynamic_filtering_range=(0.0, 1.0),
+            advantage=SimpleNamespace(is_correction_level="token"),
+        ),
+        train=SimpleNamespace(async_queue_size=queue),
+        vllm=SimpleNamespace(enable_sleep=False),
+    )
 
 
 class PositionLoader:
@@ -72,8 +77,12 @@ KWARGS = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_promp
 def engines_for(tiny_model, kb_server, n=2):
     from asearcher_plugin.rollout import _actor_class
 
-    agent = {"agent_type": "asearcher", "max_turns": 2, "max_new_tokens_per_turn": 12,
-             "tools": {"local": {"urls": [kb_server]}}}
+    agent = {
+        "agent_type": "asearcher",
+        "max_turns": 2,
+        "max_new_tokens_per_turn": 12,
+        "tools": {"local": {"urls": [kb_server]}},
+    }
     return [_actor_class().remote(str(tiny_model), agent, seed=i) for i in range(n)]
 
 
@@ -89,8 +98,13 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, loc
 
     def make_generator():
         return streaming.StreamingSamplesGenerator(
-            strategy=SimpleNamespace(args=args), prompts_dataloader=PositionLoader(rows), eval_dataloader=None,
-            tokenizer=None, vllm_engines=engines, settings=settings)
+            strategy=SimpleNamespace(args=args),
+            prompts_dataloader=PositionLoader(rows),
+            eval_dataloader=None,
+            tokenizer=None,
+            vllm_engines=engines,
+            settings=settings,
+        )
 
     generator = make_generator()
     states, trained, consumed = [], [], 0
@@ -118,7 +132,9 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, loc
         for s in samples:
             assert s.sequences.shape[1] == s.action_mask.shape[1] + 1 == s.rollout_log_probs.shape[1] + 1
             # train version of this batch (= step) minus the engine version at admission
-            assert s.info["staleness"].item() == step - s.info["policy_version_admitted"].item() and s.rewards is not None
+            assert (
+                s.info["staleness"].item() == step - s.info["policy_version_admitted"].item() and s.rewards is not None
+            )
     assert consumed == generator._sched.prompts_drawn >= 6
     for s in samples:
         first, last = s.info["policy_version_first_token"].item(), s.info["policy_version_last_token"].item()
@@ -140,9 +156,13 @@ def test_every_episode_is_a_full_pass_over_the_prompts(streaming, local_ray, tin
 
     rows = [(None, [f"Q{i}?"], [json.dumps(["x"])], [None]) for i in range(5)]
     generator = streaming.StreamingSamplesGenerator(
-        strategy=SimpleNamespace(args=make_args()), prompts_dataloader=PositionLoader(rows), eval_dataloader=None,
-        tokenizer=None, vllm_engines=engines_for(tiny_model, kb_server, n=1),
-        settings=SchedulerConfig(max_concurrent=4, max_staleness=3))
+        strategy=SimpleNamespace(args=make_args()),
+        prompts_dataloader=PositionLoader(rows),
+        eval_dataloader=None,
+        tokenizer=None,
+        vllm_engines=engines_for(tiny_model, kb_server, n=1),
+        settings=SchedulerConfig(max_concurrent=4, max_staleness=3),
+    )
     for episode in range(2):
         got, consumed = [], 0
         while True:  # GenerateSamplesActor.fit's loop

@@ -16,7 +16,11 @@ def post(url, path, payload=None, **kw):
 
 
 def test_retrieve_search_r1_wire_format(kb_server):
-    r = post(kb_server, "/retrieve", {"queries": ["capital of Angola", "theory of relativity"], "topk": 4, "return_scores": True})
+    r = post(
+        kb_server,
+        "/retrieve",
+        {"queries": ["capital of Angola", "theory of relativity"], "topk": 4, "return_scores": True},
+    )
     assert r.status_code == 200
     result = r.json()["result"]
     assert len(result) == 2 and all(len(hits) == 4 for hits in result)
@@ -43,9 +47,19 @@ def test_topk_defaults_to_three(kb_server):
 
 
 def test_access_by_url_title_and_redirect(kb_server):
-    r = post(kb_server, "/access", {"urls": [
-        "https://en.wikipedia.org/wiki/Albert_Einstein", "Albert Einstein", "albert_Einstein",
-        "https://en.wikipedia.org/wiki/No_Such_Page_Here", "https://example.com/x"]})
+    r = post(
+        kb_server,
+        "/access",
+        {
+            "urls": [
+                "https://en.wikipedia.org/wiki/Albert_Einstein",
+                "Albert Einstein",
+                "albert_Einstein",
+                "https://en.wikipedia.org/wiki/No_Such_Page_Here",
+                "https://example.com/x",
+            ]
+        },
+    )
     assert r.status_code == 200
     pages = r.json()["result"]
     assert pages[0]["title"] == "Albert Einstein" and "relativity" in pages[0]["contents"]
@@ -60,21 +74,24 @@ def test_health(kb_server):
     assert h["encoder"]["dim"] == 384 and h["uptime_s"] >= 0
 
 
-@pytest.mark.parametrize("payload,status,code", [
-    ({"queries": []}, 422, "empty_queries"),
-    ({"queries": [""]}, 422, "empty_query"),
-    ({"queries": ["ok", "   "]}, 422, "empty_query"),
-    ({"queries": [1, 2]}, 422, "invalid_request"),
-    ({"queries": "not a list"}, 422, "invalid_request"),
-    ({"topk": 3}, 422, "invalid_request"),
-    ({"queries": ["x"] * 65}, 413, "too_many_queries"),
-    ({"queries": ["x"], "topk": 0}, 422, "topk_out_of_range"),
-    ({"queries": ["x"], "topk": 101}, 422, "topk_out_of_range"),
-    ({"queries": ["x"], "topk": "5"}, 422, "invalid_request"),
-    ({"urls": []}, 422, "empty_urls"),
-    ({"urls": ["u"] * 65}, 413, "too_many_urls"),
-    ({"urls": [None]}, 422, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    "payload,status,code",
+    [
+        ({"queries": []}, 422, "empty_queries"),
+        ({"queries": [""]}, 422, "empty_query"),
+        ({"queries": ["ok", "   "]}, 422, "empty_query"),
+        ({"queries": [1, 2]}, 422, "invalid_request"),
+        ({"queries": "not a list"}, 422, "invalid_request"),
+        ({"topk": 3}, 422, "invalid_request"),
+        ({"queries": ["x"] * 65}, 413, "too_many_queries"),
+        ({"queries": ["x"], "topk": 0}, 422, "topk_out_of_range"),
+        ({"queries": ["x"], "topk": 101}, 422, "topk_out_of_range"),
+        ({"queries": ["x"], "topk": "5"}, 422, "invalid_request"),
+        ({"urls": []}, 422, "empty_urls"),
+        ({"urls": ["u"] * 65}, 413, "too_many_urls"),
+        ({"urls": [None]}, 422, "invalid_request"),
+    ],
+)
 def test_bad_requests_get_clear_4xx(kb_server, payload, status, code):
     path = "/access" if "urls" in payload else "/retrieve"
     r = post(kb_server, path, payload)
@@ -97,6 +114,7 @@ def test_invalid_json_and_oversized_bodies(kb_server):
         for _ in range(100):
             yield b"b" * 1024
         yield b'"]}'
+
     r = httpx.post(f"{kb_server}/retrieve", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert httpx.get(f"{kb_server}/health").json()["status"] == "ok"
@@ -110,11 +128,15 @@ def test_an_oversized_body_gets_its_413_not_a_reset(kb_server):
     def chunks():
         for i in range(0, len(body), 8192):
             yield body[i : i + 8192]
+
     with httpx.Client(timeout=30) as client:
         for announced in (True, False):
             for _ in range(10):
-                r = client.post(f"{kb_server}/retrieve", content=body if announced else chunks(),
-                                headers={"content-type": "application/json"})
+                r = client.post(
+                    f"{kb_server}/retrieve",
+                    content=body if announced else chunks(),
+                    headers={"content-type": "application/json"},
+                )
                 assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
     assert httpx.get(f"{kb_server}/health").json()["status"] == "ok"
 
@@ -129,8 +151,12 @@ def test_concurrent_requests_are_micro_batched(kb_server):
 
     async def fire():
         async with httpx.AsyncClient(timeout=60) as client:
-            reqs = [client.post(f"{kb_server}/retrieve", json={"queries": [f"ocean number {i}"], "topk": 2, "return_scores": True})
-                    for i in range(48)]
+            reqs = [
+                client.post(
+                    f"{kb_server}/retrieve", json={"queries": [f"ocean number {i}"], "topk": 2, "return_scores": True}
+                )
+                for i in range(48)
+            ]
             return await asyncio.gather(*reqs)
 
     responses = asyncio.run(fire())
@@ -177,12 +203,15 @@ def _surrogates_under_load(guarded_server):
         # Pooled connections are dropped before the server's keep-alive runs out, as RetrievalClient does.
         limits = httpx.Limits(max_connections=64, keepalive_expiry=2.0)
         async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
             async def good(i):
                 return await client.post(f"{guarded_server}/retrieve", json={"queries": [f"ocean {i}"], "topk": 2})
 
             async def bad():
-                return await client.post(f"{guarded_server}/retrieve", content=POISON,
-                                         headers={"content-type": "application/json"})
+                return await client.post(
+                    f"{guarded_server}/retrieve", content=POISON, headers={"content-type": "application/json"}
+                )
+
             tasks = [bad() if i % 21 == 0 else good(i) for i in range(630)]
             return await asyncio.gather(*tasks)
 
@@ -223,10 +252,16 @@ def test_access_with_bad_urls_is_refused_alone(guarded_server):
         assert r.json()["error"]["code"] == "invalid_url" and "urls[1]" in r.json()["error"]["message"]
     else:
         assert r.status_code == 200 and r.json()["result"][1] is None, r.text
-    r = httpx.post(f"{guarded_server}/access", content=b'{"urls": ["Angola", "\\udfff"]}',
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{guarded_server}/access",
+        content=b'{"urls": ["Angola", "\\udfff"]}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422 and "urls[1]" in r.json()["error"]["message"]
-    assert post(guarded_server, "/access", {"urls": ["Albert Einstein"]}).json()["result"][0]["title"] == "Albert Einstein"
+    assert (
+        post(guarded_server, "/access", {"urls": ["Albert Einstein"]}).json()["result"][0]["title"]
+        == "Albert Einstein"
+    )
 
 
 def _raw_exchange(url: str, request: bytes, wait: float = 30.0) -> bytes:
@@ -244,17 +279,21 @@ def _body(raw: bytes) -> dict:
     return json.loads(raw.split(b"\r\n\r\n", 1)[1])
 
 
-@pytest.mark.parametrize("method,path,content,status,code", [
-    ("GET", "/no-such-path", None, 404, "not_found"),
-    ("GET", "/retrieve", None, 405, "method_not_allowed"),
-    ("POST", "/retrieve", b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "invalid_json"),
-    ("POST", "/retrieve", b'{"queries": ["a", }', 422, "invalid_request"),
-    ("POST", "/retrieve", b"\xff\xfe not utf-8", 422, "invalid_request"),
-    ("POST", "/retrieve", b'{"queries": [' + b'"x",' * 1_200_000 + b'"x"]}', 413, "body_too_large"),
-])
+@pytest.mark.parametrize(
+    "method,path,content,status,code",
+    [
+        ("GET", "/no-such-path", None, 404, "not_found"),
+        ("GET", "/retrieve", None, 405, "method_not_allowed"),
+        ("POST", "/retrieve", b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "invalid_json"),
+        ("POST", "/retrieve", b'{"queries": ["a", }', 422, "invalid_request"),
+        ("POST", "/retrieve", b"\xff\xfe not utf-8", 422, "invalid_request"),
+        ("POST", "/retrieve", b'{"queries": [' + b'"x",' * 1_200_000 + b'"x"]}', 413, "body_too_large"),
+    ],
+)
 def test_every_error_has_the_error_shape(guarded_server, method, path, content, status, code):
-    r = httpx.request(method, f"{guarded_server}{path}", content=content, headers={"content-type": "application/json"},
-                      timeout=60)
+    r = httpx.request(
+        method, f"{guarded_server}{path}", content=content, headers={"content-type": "application/json"}, timeout=60
+    )
     assert r.status_code == status, r.text
     assert set(r.json()) == {"error"} and r.json()["error"]["code"] == code and r.json()["error"]["message"]
 
@@ -291,8 +330,9 @@ def test_slow_loris_connections_are_closed_by_the_server(guarded_server):
             writer.close()
 
     async def run():
-        return await asyncio.gather(*(loris(("silent", "partial", "drip")[i % 3]) for i in range(600)),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(loris(("silent", "partial", "drip")[i % 3]) for i in range(600)), return_exceptions=True
+        )
 
     results = asyncio.run(run())
     errors = [r for r in results if isinstance(r, BaseException)]

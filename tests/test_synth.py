@@ -12,22 +12,36 @@ from data_synth.config import SynthConfigError, load_synth_config
 from data_synth.dedup import NearDuplicates
 from data_synth.output import read_jsonl
 from data_synth.run import run_synth
+from data_synth.scripted_chat import ScriptedChat
 from data_synth.sources import SeedError, kb_page_seeds, load_seeds
 from local_retriever.sample import load_sample_questions
-from data_synth.scripted_chat import ScriptedChat
 from tests.http_helpers import serve_app
 
 QUESTIONS = {q["id"]: q for q in load_sample_questions()}
 
 
 def _seeds(ids):
-    return [{"id": i, "question": QUESTIONS[i]["question"], "answer": QUESTIONS[i]["golden_answers"][0],
-             "aliases": QUESTIONS[i]["golden_answers"][1:]} for i in ids]
+    return [
+        {
+            "id": i,
+            "question": QUESTIONS[i]["question"],
+            "answer": QUESTIONS[i]["golden_answers"][0],
+            "aliases": QUESTIONS[i]["golden_answers"][1:],
+        }
+        for i in ids
+    ]
 
 
 def _config(llm_url, kb_url, **overrides):
-    base = {"generator.base_urls": [llm_url], "judge.base_urls": [llm_url], "tools.local.urls": [kb_url],
-            "k": 4, "rounds": 4, "concurrency": 4, "output_retries": 1}
+    base = {
+        "generator.base_urls": [llm_url],
+        "judge.base_urls": [llm_url],
+        "tools.local.urls": [kb_url],
+        "k": 4,
+        "rounds": 4,
+        "concurrency": 4,
+        "output_retries": 1,
+    }
     return load_synth_config(None, {**base, **overrides})
 
 
@@ -60,8 +74,14 @@ def test_seeds_become_harder_grounded_training_rows(kb_server, tmp_path):
     assert [r["action"] for r in rounds] == ["seed", "inject", "inject"]
     assert rounds[0]["verdicts"]["difficulty"]["solve_rate"] == 1.0
     assert rounds[1]["verdicts"]["difficulty"]["solve_rate"] == 0.5  # accepted as a stepping stone, not emitted
-    assert stats["stages"]["inject"] == {"attempted": 6, "generated": 6, "quality passed": 6, "unique": 6,
-                                         "accepted": 6, "hard enough": 3}
+    assert stats["stages"]["inject"] == {
+        "attempted": 6,
+        "generated": 6,
+        "quality passed": 6,
+        "unique": 6,
+        "accepted": 6,
+        "hard enough": 3,
+    }
     assert stats["per_emitted"] == {"injections": 2.0, "fuzzes": 0.0, "solve_rate": 0.0}
     tokens = stats["tokens"]
     assert tokens["by_stage"]["generator/inject"]["calls"] == 12 and tokens["total"]["prompt_tokens"] > 0
@@ -87,15 +107,24 @@ def test_training_file_loads_with_the_arrow_json_reader(kb_server, tmp_path):
 
 def test_bad_replies_are_retried_then_dropped_with_reason_and_the_run_goes_on(kb_server, tmp_path):
     seeds = _seeds(["sample_0001", "sample_0002"])
-    seeds.append({"id": "bad", "question": "Which city is the CHANGEANSWER capital of Angola?", "answer": "Luanda",
-                  "aliases": []})
+    seeds.append(
+        {
+            "id": "bad",
+            "question": "Which city is the CHANGEANSWER capital of Angola?",
+            "answer": "Luanda",
+            "aliases": [],
+        }
+    )
     seeds.append({"id": "ugly", "question": "BADQUALITY capital Angola which?", "answer": "Luanda", "aliases": []})
-    fake = _fake(seeds, faults={"plan_injection": ["I think the entity is Angola", '{"entity": "Angola"}'],
-                                "quality": ["HTTP 503"]})
+    fake = _fake(
+        seeds,
+        faults={"plan_injection": ["I think the entity is Angola", '{"entity": "Angola"}'], "quality": ["HTTP 503"]},
+    )
     with serve_app(fake.app) as url:
         # two generator URLs, one of them dead: calls fail over to the live one
-        cfg = _config(url + "/v1", kb_server, concurrency=1, **{"generator.base_urls": ["http://127.0.0.1:9/v1",
-                                                                                       url + "/v1"]})
+        cfg = _config(
+            url + "/v1", kb_server, concurrency=1, **{"generator.base_urls": ["http://127.0.0.1:9/v1", url + "/v1"]}
+        )
         stats = run_synth(seeds, cfg, tmp_path, progress=False)
     items = {i["seed_id"]: i for i in read_jsonl(tmp_path / "items.jsonl")}
     # a malformed reply and a missing field were re-asked and the round went on; a 503 was retried
@@ -103,15 +132,19 @@ def test_bad_replies_are_retried_then_dropped_with_reason_and_the_run_goes_on(kb
     assert items["ugly"]["status"] == "dropped" and items["ugly"]["reason"] == "seed: quality: fluent"
     bad = items["bad"]
     assert bad["status"] == "dropped" and bad["reason"] == "never hard enough"
-    assert [r["reason"] for r in bad["rounds"][1:]] == ["inject: answer changed"] * 2 + ["fuzz: answer changed",
-                                                                                         "inject: answer changed"]
+    assert [r["reason"] for r in bad["rounds"][1:]] == ["inject: answer changed"] * 2 + [
+        "fuzz: answer changed",
+        "inject: answer changed",
+    ]
     assert stats["drop_reasons"]["inject: answer changed"] == 3 and stats["drop_reasons"]["fuzz: answer changed"] == 1
     assert stats["seeds"] == {"finished": 4, "done": 2, "dropped": 2}
     assert stats["emitted"] == 2
 
 
 def test_ambiguous_questions_are_rejected(kb_server, tmp_path):
-    seeds = [{"id": "amb", "question": "Which AMBIGUOUS city is the capital of Angola?", "answer": "Luanda", "aliases": []}]
+    seeds = [
+        {"id": "amb", "question": "Which AMBIGUOUS city is the capital of Angola?", "answer": "Luanda", "aliases": []}
+    ]
     with serve_app(_fake(seeds).app) as url:
         stats = run_synth(seeds, _config(url + "/v1", kb_server), tmp_path, progress=False)
     item = read_jsonl(tmp_path / "items.jsonl")[0]
@@ -131,8 +164,12 @@ def test_resume_skips_finished_seeds_and_retries_failed_ones(kb_server, tmp_path
     with open(tmp_path / "train.jsonl", "a") as fh:
         fh.write(json.dumps(orphan) + "\n")
     # seed 4 fails: no endpoint answers
-    run_synth(seeds[3:], _config("http://127.0.0.1:9/v1", kb_server, **{"generator.retries": 0, "judge.retries": 0}),
-              tmp_path, progress=False)
+    run_synth(
+        seeds[3:],
+        _config("http://127.0.0.1:9/v1", kb_server, **{"generator.retries": 0, "judge.retries": 0}),
+        tmp_path,
+        progress=False,
+    )
     assert read_jsonl(tmp_path / "items.jsonl")[-1]["status"] == "failed"
     fake = _fake(seeds)
     with serve_app(fake.app) as url:
@@ -145,8 +182,14 @@ def test_resume_skips_finished_seeds_and_retries_failed_ones(kb_server, tmp_path
 
 def test_near_duplicate_seeds_and_questions_are_dropped(kb_server, tmp_path):
     seeds = _seeds(["sample_0001"])
-    seeds.append({"id": "dup", "question": "What is the capital and the largest city of Angola?", "answer": "Luanda",
-                  "aliases": []})
+    seeds.append(
+        {
+            "id": "dup",
+            "question": "What is the capital and the largest city of Angola?",
+            "answer": "Luanda",
+            "aliases": [],
+        }
+    )
     with serve_app(_fake(seeds).app) as url:
         stats = run_synth(seeds, _config(url + "/v1", kb_server), tmp_path, progress=False)
     items = {i["seed_id"]: i for i in read_jsonl(tmp_path / "items.jsonl")}
@@ -182,8 +225,9 @@ def test_runs_in_shards_on_ray(kb_server, tmp_path):
     with serve_app(_fake(seeds).app) as url:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
-            stats = run_synth(seeds, _config(url + "/v1", kb_server), tmp_path, ray_address="local", shard_size=2,
-                              progress=False)
+            stats = run_synth(
+                seeds, _config(url + "/v1", kb_server), tmp_path, ray_address="local", shard_size=2, progress=False
+            )
         finally:
             ray.shutdown()
     assert stats["emitted"] == 3 and stats["seeds"] == {"finished": 3, "done": 3}
@@ -230,8 +274,10 @@ def test_json_replies_and_seed_files_are_checked(tmp_path):
         require_fields({"question": "q"}, {"question": str, "answer": str})
     assert require_fields({"passage": "2"}, {"passage": int}) == {"passage": 2}
     path = tmp_path / "seeds.jsonl"
-    path.write_text('{"question": "Q1?", "answer": "A"}\nnot json\n{"question": "Q2?"}\n'
-                    '{"question": "Q3?", "golden_answers": ["B", "b2"]}\n')
+    path.write_text(
+        '{"question": "Q1?", "answer": "A"}\nnot json\n{"question": "Q2?"}\n'
+        '{"question": "Q3?", "golden_answers": ["B", "b2"]}\n'
+    )
     seeds, problems = load_seeds(path)
     assert [s["answer"] for s in seeds] == ["A", "B"] and seeds[1]["aliases"] == ["b2"]
     assert problems[0].endswith("seeds.jsonl:2: Expecting value: line 1 column 1 (char 0)")
@@ -256,8 +302,23 @@ def test_cli_runs_from_a_seed_file_to_a_training_file(kb_server, tmp_path):
     assert bad.returncode == 2 and "k: Input should be greater than or equal to 1" in bad.stderr
     assert "note: the positional run folder is deprecated; use --out DIR" in bad.stderr
     with serve_app(_fake(seeds).app) as url:
-        done = run("synth", "--out", str(tmp_path / "out"), "--seeds", str(path), "--generator-url", url + "/v1",
-                   "--judge-url", url + "/v1", "--kb-url", kb_server, "--k", "4", "--set", "output_retries=1")
+        done = run(
+            "synth",
+            "--out",
+            str(tmp_path / "out"),
+            "--seeds",
+            str(path),
+            "--generator-url",
+            url + "/v1",
+            "--judge-url",
+            url + "/v1",
+            "--kb-url",
+            kb_server,
+            "--k",
+            "4",
+            "--set",
+            "output_retries=1",
+        )
     assert done.returncode == 0, done.stderr
     assert "| inject | 4 | 4 | 4 | 4 | 4 | 2 |" in done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1])["emitted"] == 2
@@ -284,21 +345,62 @@ def test_items_lines_read_back_as_records_unchanged(tmp_path):
     """items.jsonl lines (as the dict-building version wrote them) become `SynthItem`s and back without loss."""
     from data_synth.records import SynthItem
 
-    verdicts = {"quality": {"passed": True, "failed": []}, "difficulty": {"solve_rate": 0.25, "answers": ["x"],
-                "correct": [False]}, "uniqueness": {"passed": True}, "passed": True, "reason": ""}
-    variant = {"question": "Q?", "answer": "A", "aliases": ["a"], "facts": ["f"], "evidence": [{"url": "u"}],
-               "entities": [], "edits": [], "injections": 1, "fuzzes": 0, "round": 1, "solve_rate": 0.25,
-               "duplicate_of": "s0#r1"}
-    row = {"seed_id": "s1", "source": "page", "status": "done", "reason": "", "seed": {"question": "Q0?", "answer": "A"},
-           "rounds": [{"round": 0, "action": "seed", "status": "accepted", "question": "Q0?", "verdicts": verdicts,
-                       "reason": ""},
-                      {"round": 1, "action": "inject", "status": "dropped", "reason": "inject: answer changed",
-                       "detail": "x"}],
-           "variants": [variant], "usage": {"generator/inject": {"calls": 1}}, "seconds": 1.5, "emitted": 0}
+    verdicts = {
+        "quality": {"passed": True, "failed": []},
+        "difficulty": {"solve_rate": 0.25, "answers": ["x"], "correct": [False]},
+        "uniqueness": {"passed": True},
+        "passed": True,
+        "reason": "",
+    }
+    variant = {
+        "question": "Q?",
+        "answer": "A",
+        "aliases": ["a"],
+        "facts": ["f"],
+        "evidence": [{"url": "u"}],
+        "entities": [],
+        "edits": [],
+        "injections": 1,
+        "fuzzes": 0,
+        "round": 1,
+        "solve_rate": 0.25,
+        "duplicate_of": "s0#r1",
+    }
+    row = {
+        "seed_id": "s1",
+        "source": "page",
+        "status": "done",
+        "reason": "",
+        "seed": {"question": "Q0?", "answer": "A"},
+        "rounds": [
+            {
+                "round": 0,
+                "action": "seed",
+                "status": "accepted",
+                "question": "Q0?",
+                "verdicts": verdicts,
+                "reason": "",
+            },
+            {"round": 1, "action": "inject", "status": "dropped", "reason": "inject: answer changed", "detail": "x"},
+        ],
+        "variants": [variant],
+        "usage": {"generator/inject": {"calls": 1}},
+        "seconds": 1.5,
+        "emitted": 0,
+    }
     item = SynthItem.from_json(row)
-    assert item.rounds[0].passed("quality") and item.rounds[0].solve_rate == 0.25 and not item.rounds[1].passed("quality")
+    assert (
+        item.rounds[0].passed("quality") and item.rounds[0].solve_rate == 0.25 and not item.rounds[1].passed("quality")
+    )
     assert item.variants[0].qa.golds() == ["A", "a"] and item.variants[0].duplicate_of == "s0#r1"
     assert item.to_json() == row
     assert SynthItem.from_json({"seed_id": "s2", "status": "failed"}).to_json() == {
-        "seed_id": "s2", "source": "seed", "status": "failed", "reason": "", "rounds": [], "variants": [], "usage": {},
-        "seconds": 0.0}
+        "seed_id": "s2",
+        "source": "seed",
+        "status": "failed",
+        "reason": "",
+        "rounds": [],
+        "variants": [],
+        "usage": {},
+        "seconds": 0.0,
+    }

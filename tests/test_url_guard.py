@@ -67,7 +67,9 @@ class Servers:
         self.public, self.internal = site("public"), site("internal")
         self._servers = []
         for host, app in ((PUBLIC, self.public), (INTERNAL, self.internal)):
-            server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level="warning", access_log=False))
+            server = uvicorn.Server(
+                uvicorn.Config(app, host=host, port=self.port, log_level="warning", access_log=False)
+            )
             threading.Thread(target=server.run, daemon=True).start()
             self._servers.append(server)
         deadline = time.monotonic() + 30
@@ -177,8 +179,17 @@ def serve_tls(app, cert, key) -> tuple[uvicorn.Server, int]:
     with socket.socket() as probe:
         probe.bind((PUBLIC, 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=PUBLIC, port=port, log_level="warning", access_log=False,
-                                           ssl_certfile=str(cert), ssl_keyfile=str(key)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=PUBLIC,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=str(cert),
+            ssl_keyfile=str(key),
+        )
+    )
     threading.Thread(target=server.run, daemon=True).start()
     deadline = time.monotonic() + 30
     while not server.started:
@@ -195,9 +206,28 @@ def test_https_to_a_pinned_address_verifies_the_name(resolver, tmp_path, monkeyp
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pinned.test",
-                    "-addext", "subjectAltName=DNS:pinned.test", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=pinned.test",
+            "-addext",
+            "subjectAltName=DNS:pinned.test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     monkeypatch.setattr(certifi, "where", lambda: str(cert))  # the only CA httpx trusts in this test
     monkeypatch.delenv("JINA_API_KEY", raising=False)
     resolver({"pinned.test": [PUBLIC], "other.test": [PUBLIC]})
@@ -278,8 +308,9 @@ def test_non_global_addresses_are_refused(addr, resolver):
         asyncio.run(guard(f"http://{literal}/"))
 
 
-@pytest.mark.parametrize("addr", ["8.8.8.8", "2001:4860:4860::8888", "2002:808:808::1", "64:ff9b::808:808",
-                                  "::ffff:8.8.8.8"])
+@pytest.mark.parametrize(
+    "addr", ["8.8.8.8", "2001:4860:4860::8888", "2002:808:808::1", "64:ff9b::808:808", "::ffff:8.8.8.8"]
+)
 def test_global_addresses_pass(addr, resolver):
     resolver({"host.test": [addr]})
     target = asyncio.run(guard("http://host.test/"))
@@ -319,25 +350,60 @@ SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 ANY_CHAR = st.one_of(st.characters(), SURROGATES, st.sampled_from(list("[]:@%./#?\\ \x00ßä")))
 HOSTS = st.one_of(
     st.text(ANY_CHAR, max_size=30),
-    st.sampled_from(["example.org", "faß.test", "EXAMPLE.org.", "a..b", "xn--zz", "[::1", "::1]", "metadata",
-                     "[::ffff:127.0.0.1]", "127.1", "0x7f.0.0.1", "2130706433", "[fe80::1%25eth0]", "_x.test",
-                     "evil.test\\@127.0.0.1", "127.0.0.1\\@evil.test", "a.test#@b.test", "u:p@c.test", "a.test\tb"]),
-    st.builds(lambda label, n: ".".join([label] * n), st.text(st.sampled_from("aä-ß"), min_size=1, max_size=70),
-              st.integers(1, 6)),
+    st.sampled_from(
+        [
+            "example.org",
+            "faß.test",
+            "EXAMPLE.org.",
+            "a..b",
+            "xn--zz",
+            "[::1",
+            "::1]",
+            "metadata",
+            "[::ffff:127.0.0.1]",
+            "127.1",
+            "0x7f.0.0.1",
+            "2130706433",
+            "[fe80::1%25eth0]",
+            "_x.test",
+            "evil.test\\@127.0.0.1",
+            "127.0.0.1\\@evil.test",
+            "a.test#@b.test",
+            "u:p@c.test",
+            "a.test\tb",
+        ]
+    ),
+    st.builds(
+        lambda label, n: ".".join([label] * n),
+        st.text(st.sampled_from("aä-ß"), min_size=1, max_size=70),
+        st.integers(1, 6),
+    ),
     st.ip_addresses().map(lambda ip: f"[{ip}]" if ip.version == 6 else str(ip)),
 )
 URLS = st.one_of(
     st.text(ANY_CHAR, max_size=200),
-    st.builds(lambda scheme, host, port, path: f"{scheme}://{host}{port}/{path}",
-              st.sampled_from(["http", "https", "HTTP", "ftp", "file", ""]), HOSTS,
-              st.one_of(st.just(""), st.integers(-5, 70_000).map(lambda p: f":{p}"),
-                        st.text(ANY_CHAR, max_size=8).map(lambda p: f":{p}")),
-              st.text(ANY_CHAR, max_size=40)),
-    st.builds(lambda c, n: "http://" + c * n, st.sampled_from(["a", "ä", "\ud800", "[", "a.", "%"]),
-              st.integers(1000, 300_000)),
+    st.builds(
+        lambda scheme, host, port, path: f"{scheme}://{host}{port}/{path}",
+        st.sampled_from(["http", "https", "HTTP", "ftp", "file", ""]),
+        HOSTS,
+        st.one_of(
+            st.just(""),
+            st.integers(-5, 70_000).map(lambda p: f":{p}"),
+            st.text(ANY_CHAR, max_size=8).map(lambda p: f":{p}"),
+        ),
+        st.text(ANY_CHAR, max_size=40),
+    ),
+    st.builds(
+        lambda c, n: "http://" + c * n,
+        st.sampled_from(["a", "ä", "\ud800", "[", "a.", "%"]),
+        st.integers(1000, 300_000),
+    ),
 )
-ANSWERS = st.one_of(st.none(), st.lists(st.ip_addresses().map(str), min_size=1, max_size=4),
-                    st.lists(st.sampled_from(NON_GLOBAL + ["8.8.8.8", "2606:4700::1111"]), min_size=1, max_size=3))
+ANSWERS = st.one_of(
+    st.none(),
+    st.lists(st.ip_addresses().map(str), min_size=1, max_size=4),
+    st.lists(st.sampled_from(NON_GLOBAL + ["8.8.8.8", "2606:4700::1111"]), min_size=1, max_size=3),
+)
 
 
 def _oracle_global(addr: str) -> bool:

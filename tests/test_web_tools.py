@@ -35,8 +35,10 @@ def web_app():
         if request.headers.get("x-api-key") != "test-key":
             return JSONResponse({"message": "Unauthorized"}, status_code=403)
         body = await request.json()
-        organic = [{"title": f"Result {i} for {body['q']}", "link": f"https://example.org/{i}", "snippet": f"snippet {i}"}
-                   for i in range(body["num"])]
+        organic = [
+            {"title": f"Result {i} for {body['q']}", "link": f"https://example.org/{i}", "snippet": f"snippet {i}"}
+            for i in range(body["num"])
+        ]
         return {"searchParameters": {"q": body["q"]}, "organic": organic}
 
     @app.get("/page")
@@ -45,8 +47,10 @@ def web_app():
 
     @app.get("/latin1")
     async def latin1():
-        return Response("<html><body><p>São Tomé e Príncipe é um país.</p></body></html>".encode("latin-1"),
-                        media_type="text/html; charset=latin-1")
+        return Response(
+            "<html><body><p>São Tomé e Príncipe é um país.</p></body></html>".encode("latin-1"),
+            media_type="text/html; charset=latin-1",
+        )
 
     @app.get("/flaky")
     async def flaky():
@@ -101,8 +105,9 @@ def web_app():
     @app.post("/jina-drip/")
     async def jina_drip(request: Request):
         target = await jina_target(request)
-        return StreamingResponse(dribble(f"Title: page\n\nURL Source: {target}\n\nMarkdown Content:\n".encode()),
-                                 media_type="text/plain")
+        return StreamingResponse(
+            dribble(f"Title: page\n\nURL Source: {target}\n\nMarkdown Content:\n".encode()), media_type="text/plain"
+        )
 
     @app.post("/jina-endless/")
     async def jina_endless(request: Request):
@@ -323,8 +328,14 @@ def test_model_written_urls_and_queries_become_feedback_in_step(web):
         agent = AgentInstance(config, box)
         turns = [f"<access>{t}</access>" for t in BAD_URLS + [f"{url}/{r}" for r in BAD_REDIRECTS]]
         failed = [await agent.step({"action_text": t, "label": "x"}) for t in turns]
-        ok = [await agent.step({"action_text": t, "label": "x"})
-              for t in ("<search>x\ud800y</search>", "<search>x\udfffy</search>", f"<access>{url}/page?q=\udc80</access>")]
+        ok = [
+            await agent.step({"action_text": t, "label": "x"})
+            for t in (
+                "<search>x\ud800y</search>",
+                "<search>x\udfffy</search>",
+                f"<access>{url}/page?q=\udc80</access>",
+            )
+        ]
         direct = await box.search("capital \udcff of Angola", 3)  # evaluation and synthesis call the tools directly
         await box.aclose()
         return failed, ok, direct

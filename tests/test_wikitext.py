@@ -27,8 +27,22 @@ def test_clean_wikitext_removes_markup_and_keeps_link_text():
     text = clean_wikitext(MARKUP)
     assert "Angola is a country in southern Africa. Its capital is Luanda." in text
     assert "official site" in text and "Independence came in 1975." in text
-    for junk in ("{{", "}}", "<ref", "Source", "File:", "flag", "wikitable", "cell", "hidden", "must not survive",
-                 "Category", "pt:", "'''", "History"):
+    for junk in (
+        "{{",
+        "}}",
+        "<ref",
+        "Source",
+        "File:",
+        "flag",
+        "wikitable",
+        "cell",
+        "hidden",
+        "must not survive",
+        "Category",
+        "pt:",
+        "'''",
+        "History",
+    ):
         assert junk not in text, junk
 
 

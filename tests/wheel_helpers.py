@@ -19,10 +19,16 @@ def build_and_install(tmp_path: Path) -> tuple[Path, Path]:
     for name in ("setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(src)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = wheels.glob("asearcher_plugin-*.whl")
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return wheel, target

@@ -95,7 +95,7 @@ def _blocks(text: str, limit: int) -> list[tuple[str, str]]:
             i += 1
         cursor[tag] = i
         if i < len(spans):
-            blocks.append((tag, text[m.end():spans[i][0]]))
+            blocks.append((tag, text[m.end() : spans[i][0]]))
             pos = spans[i][1]
             if len(blocks) >= limit:
                 break
@@ -116,11 +116,15 @@ def _visible(text: str) -> str:
         end = _THINK_CLOSE.search(text, start.end())
         if end is None:
             break
-        out += [text[pos:start.start()], " "]
+        out += [text[pos : start.start()], " "]
         pos = end.end()
     return "".join(out) + text[pos:] if out else text
 
 
 def _usage(allowed: tuple[str, ...]) -> str:
-    forms = {"search": "<search> query </search>", "access": "<access> url </access>", "answer": "<answer> answer </answer>"}
+    forms = {
+        "search": "<search> query </search>",
+        "access": "<access> url </access>",
+        "answer": "<answer> answer </answer>",
+    }
     return ", ".join(forms[t] for t in allowed) + "."

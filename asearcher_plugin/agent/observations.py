@@ -42,8 +42,11 @@ def search_block(docs: list[dict], topk: int) -> Block:
     if not shown:
         text = _info(NO_RESULTS)
     else:
-        text = _info("\n\n".join(f"[Doc {k}]({_str(d.get('url'))}):\n" + doc_body(d)[:DOC_CHARS]
-                                 for k, d in enumerate(shown, 1)))
+        text = _info(
+            "\n\n".join(
+                f"[Doc {k}]({_str(d.get('url'))}):\n" + doc_body(d)[:DOC_CHARS] for k, d in enumerate(shown, 1)
+            )
+        )
     return Block(text, text)
 
 
@@ -61,7 +64,7 @@ def page_blocks(page: str | None) -> list[Block]:
     page = page[:PAGE_CHARS]
     blocks = []
     for i, start in enumerate(range(0, min(len(page), CHUNK_CHARS * MAX_CHUNKS), CHUNK_CHARS), 1):
-        chunk = page[start:start + CHUNK_CHARS]
+        chunk = page[start : start + CHUNK_CHARS]
         head = f">>>> Page {i} >>>>\n\n"
         blocks.append(Block(_info(head + chunk), _info(head + chunk[:STUB_CHARS])))
     return blocks

@@ -48,8 +48,10 @@ def check_template(text: str, agent_type: str, source: str) -> None:
     for name in fields:
         if name not in known:
             shown = "{" + name + "}"
-            raise TemplateError(f"prompt template {source}: unknown field {shown} for agent_type {agent_type!r}; "
-                                f"known fields: {', '.join('{' + k + '}' for k in known)}")
+            raise TemplateError(
+                f"prompt template {source}: unknown field {shown} for agent_type {agent_type!r}; "
+                f"known fields: {', '.join('{' + k + '}' for k in known)}"
+            )
     if "question" not in fields:
         raise TemplateError(f"prompt template {source}: needs the field {{question}}")
 
@@ -83,8 +85,9 @@ def build_prompt(agent_type: str, question: str, template: str | None = None) ->
 def reasoning_prompt(question: str, history: str, template: str | None = None) -> str:
     """The reasoning agent's prompt: the question and only the last 25,000 characters of history."""
     recent = history[-REASONING_HISTORY_CHARS:] if history else "(none yet)"
-    return (template or TEMPLATES["asearcher-reasoning"]).format(question=question.strip(), history=recent,
-                                                                 current_date=_today())
+    return (template or TEMPLATES["asearcher-reasoning"]).format(
+        question=question.strip(), history=recent, current_date=_today()
+    )
 
 
 def _today() -> str:
@@ -128,14 +131,21 @@ def chat_feedback(tokenizer, content: str) -> str:
     turn, the tool turn, and the opening of the next assistant turn.
     """
     rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "q"}, {"role": "assistant", "content": _SENTINEL},
-         {"role": "user", "content": content}],
-        tokenize=False, add_generation_prompt=True)
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _SENTINEL},
+            {"role": "user", "content": content},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     cut = rendered.find(_SENTINEL)
     if cut < 0:
         return f"\n\n{content}\n\n"
-    return rendered[cut + len(_SENTINEL):]
+    return rendered[cut + len(_SENTINEL) :]
 
 
 def chat_prompt(tokenizer, text: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )

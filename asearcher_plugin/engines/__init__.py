@@ -5,8 +5,12 @@ from .types import CompletionOutput, Logprob, RequestOutput, SamplingParams
 __all__ = ["CompletionOutput", "Logprob", "RequestOutput", "SamplingParams", "make_engine"]
 
 
-def make_engine(hf_model: str | None = None, base_urls: list[str] | None = None, model: str = "default",
-                tokenizer: str | None = None):
+def make_engine(
+    hf_model: str | None = None,
+    base_urls: list[str] | None = None,
+    model: str = "default",
+    tokenizer: str | None = None,
+):
     """`(engine, tokenizer)`: an in-process transformers model at `hf_model`, else the OpenAI-compatible servers at
     `base_urls` serving `model`, tokenized with `tokenizer` (default: `model`)."""
     if hf_model:

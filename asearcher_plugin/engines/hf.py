@@ -22,9 +22,14 @@ class HFEngine:
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
-        self.eos_ids = {i for i in [self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)]
-                        if isinstance(i, int)}
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        )
+        self.eos_ids = {
+            i
+            for i in [self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)]
+            if isinstance(i, int)
+        }
         self.max_model_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
         # pause/resume as vLLM's `pause_generation(mode="keep")`: requests freeze between two decoding
@@ -35,7 +40,9 @@ class HFEngine:
         self._generator = torch.Generator(device="cpu").manual_seed(seed)
         self.version = 0  # policy version, bumped by whoever updates the weights
 
-    async def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data=None, **_) -> RequestOutput:
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data=None, **_
+    ) -> RequestOutput:
         return await asyncio.to_thread(self.generate_sync, list(prompt_token_ids), sampling_params)
 
     def pause(self) -> None:
@@ -84,15 +91,22 @@ class HFEngine:
                     break
                 if stops:
                     text = self.tokenizer.decode(tokens, skip_special_tokens=params.skip_special_tokens)
-                    hit = next((s for s in stops if s in text[-(len(s) + 16):]), None)
+                    hit = next((s for s in stops if s in text[-(len(s) + 16) :]), None)
                     if hit:
                         finish, stop_reason = "stop", hit
                         break
         text = self.tokenizer.decode(tokens, skip_special_tokens=params.skip_special_tokens)
         if isinstance(stop_reason, str) and not params.include_stop_str_in_output:
             text = text[: text.rfind(stop_reason)]
-        output = CompletionOutput(0, text, tokens, finish, stop_reason, logprobs if params.logprobs is not None else None,
-                                  sum(next(iter(d.values())).logprob for d in logprobs) if logprobs else None)
+        output = CompletionOutput(
+            0,
+            text,
+            tokens,
+            finish,
+            stop_reason,
+            logprobs if params.logprobs is not None else None,
+            sum(next(iter(d.values())).logprob for d in logprobs) if logprobs else None,
+        )
         return RequestOutput(uuid.uuid4().hex, list(prompt_token_ids), [output])
 
 

@@ -20,12 +20,25 @@ EngineUnavailable = EndpointUnavailable
 
 
 class OpenAIEngine:
-    def __init__(self, base_urls: str | list[str], model: str, tokenizer, api_key: str | None = None,
-                 timeout: float = 600.0, retries: int = 3, cooldown: float = 10.0):
+    def __init__(
+        self,
+        base_urls: str | list[str],
+        model: str,
+        tokenizer,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        retries: int = 3,
+        cooldown: float = 10.0,
+    ):
         try:
-            self.client = MultiURLClient(base_urls, "completion server", timeout=timeout, retries=retries,
-                                         cooldown=cooldown, headers={"Authorization": "Bearer " + (
-                                             api_key or os.environ.get("OPENAI_API_KEY", "none"))})
+            self.client = MultiURLClient(
+                base_urls,
+                "completion server",
+                timeout=timeout,
+                retries=retries,
+                cooldown=cooldown,
+                headers={"Authorization": "Bearer " + (api_key or os.environ.get("OPENAI_API_KEY", "none"))},
+            )
         except ValueError:
             raise ValueError("OpenAIEngine needs at least one base URL") from None
         self.base_urls = self.client.urls
@@ -34,12 +47,21 @@ class OpenAIEngine:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def generate(self, prompt_token_ids: list[int], sampling_params, multi_modal_data=None, **_) -> RequestOutput:
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params, multi_modal_data=None, **_
+    ) -> RequestOutput:
         p = sampling_params
-        body = {"model": self.model, "prompt": list(prompt_token_ids), "max_tokens": p.max_tokens or 1024,
-                "temperature": p.temperature, "top_p": p.top_p, "stop": p.stop or None,
-                "include_stop_str_in_output": p.include_stop_str_in_output,
-                "skip_special_tokens": p.skip_special_tokens, "return_tokens_as_token_ids": True}
+        body = {
+            "model": self.model,
+            "prompt": list(prompt_token_ids),
+            "max_tokens": p.max_tokens or 1024,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "stop": p.stop or None,
+            "include_stop_str_in_output": p.include_stop_str_in_output,
+            "skip_special_tokens": p.skip_special_tokens,
+            "return_tokens_as_token_ids": True,
+        }
         if getattr(p, "seed", None) is not None:
             body["seed"] = p.seed
         if getattr(p, "top_k", -1) and p.top_k > 0:
@@ -66,7 +88,7 @@ class OpenAIEngine:
         if p.logprobs is not None:
             values = lp.get("token_logprobs") or [0.0] * len(token_ids)
             logprobs = [{t: Logprob(float(v if v is not None else 0.0))} for t, v in zip(token_ids, values)]
-            logprobs += [{t: Logprob(0.0)} for t in token_ids[len(logprobs):]]
+            logprobs += [{t: Logprob(0.0)} for t in token_ids[len(logprobs) :]]
         finish = choice.get("finish_reason") or "stop"
         out = CompletionOutput(0, text, token_ids, finish, choice.get("stop_reason"), logprobs)
         return RequestOutput(data.get("id", uuid.uuid4().hex), list(prompt_token_ids), [out])

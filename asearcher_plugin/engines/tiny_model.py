@@ -15,8 +15,18 @@ CHAT_TEMPLATE = (
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The action tags become single tokens, so even a random model emits whole actions now and then.
-ACTION_TOKENS = ["<think>", "</think>", "<search>", "</search>", "<access>", "</access>", "<answer>", "</answer>",
-                 "<information>", "</information>"]
+ACTION_TOKENS = [
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<access>",
+    "</access>",
+    "<answer>",
+    "</answer>",
+    "<information>",
+    "</information>",
+]
 
 
 def _sample_texts(limit_chars: int = 3_000_000):
@@ -40,8 +50,16 @@ def ensure_tiny_model(out_dir: str | Path) -> Path:
     return out if (out / "config.json").is_file() else make_tiny_model(out)
 
 
-def make_tiny_model(out_dir: str | Path, vocab_size: int = 4096, hidden_size: int = 64, layers: int = 2,
-                    heads: int = 4, kv_heads: int = 2, max_positions: int = 8192, seed: int = 0) -> Path:
+def make_tiny_model(
+    out_dir: str | Path,
+    vocab_size: int = 4096,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_positions: int = 8192,
+    seed: int = 0,
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -51,19 +69,36 @@ def make_tiny_model(out_dir: str | Path, vocab_size: int = 4096, hidden_size: in
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + ACTION_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL + ACTION_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_sample_texts(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=["<|im_start|>"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=max_positions, tie_word_embeddings=True,
-                         eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        bos_token_id=None,
+    )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = fast.eos_token_id
     model.save_pretrained(out)

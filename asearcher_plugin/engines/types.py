@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass
@@ -13,20 +12,20 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_tokens: Optional[int] = 16
+    max_tokens: int | None = 16
     min_tokens: int = 0
-    stop: Optional[list[str]] = None
+    stop: list[str] | None = None
     include_stop_str_in_output: bool = False
-    logprobs: Optional[int] = None
+    logprobs: int | None = None
     skip_special_tokens: bool = True
-    seed: Optional[int] = None
+    seed: int | None = None
 
 
 @dataclass
 class Logprob:
     logprob: float
-    rank: Optional[int] = None
-    decoded_token: Optional[str] = None
+    rank: int | None = None
+    decoded_token: str | None = None
 
 
 @dataclass
@@ -34,10 +33,10 @@ class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: Optional[str]  # "stop" | "length" | "abort"
-    stop_reason: Optional[str | int] = None
-    logprobs: Optional[list[dict[int, Logprob]]] = None
-    cumulative_logprob: Optional[float] = None
+    finish_reason: str | None  # "stop" | "length" | "abort"
+    stop_reason: str | int | None = None
+    logprobs: list[dict[int, Logprob]] | None = None
+    cumulative_logprob: float | None = None
 
 
 @dataclass

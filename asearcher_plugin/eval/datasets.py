@@ -24,8 +24,13 @@ class DatasetError(ValueError):
     pass
 
 
-def load_dataset(spec: str, question_key: str | None = None, answer_key: str | None = None,
-                 limit: int | None = None, name: str | None = None) -> list[dict]:
+def load_dataset(
+    spec: str,
+    question_key: str | None = None,
+    answer_key: str | None = None,
+    limit: int | None = None,
+    name: str | None = None,
+) -> list[dict]:
     """`spec` is a built-in name or a path (.jsonl/.json/.parquet); `name` overrides the dataset name."""
     path, default = _resolve(spec)
     return _rows(path, name or default, question_key, answer_key, limit)
@@ -49,8 +54,13 @@ def asearcher_layout(data_dir: str | Path, data_names: str, split: str = "test")
     return out
 
 
-def load_datasets(specs: list[str], question_key: str | None = None, answer_key: str | None = None,
-                  limit: int | None = None, named: list[tuple[Path, str]] | None = None) -> list[dict]:
+def load_datasets(
+    specs: list[str],
+    question_key: str | None = None,
+    answer_key: str | None = None,
+    limit: int | None = None,
+    named: list[tuple[Path, str]] | None = None,
+) -> list[dict]:
     """Items of several datasets, each under a distinct dataset name.
 
     Results are keyed by (dataset, id, seed) and FlashRAG files all use ids like `test_0`, so two
@@ -64,16 +74,20 @@ def load_datasets(specs: list[str], question_key: str | None = None, answer_key:
         stems[stem] = stems.get(stem, 0) + 1
     names: dict[str, Path] = {}
     items = []
-    todo = [(path, stem if stems[stem] == 1 else (path.resolve().parent.name or stem), False)
-            for _, path, stem in resolved]
+    todo = [
+        (path, stem if stems[stem] == 1 else (path.resolve().parent.name or stem), False) for _, path, stem in resolved
+    ]
     todo += [(Path(path), name, True) for path, name in named or []]
     for path, name, positional in todo:
         if name in names:
-            raise DatasetError(f"datasets {names[name]} and {path} would both be named {name!r}; "
-                               "give them distinct file or folder names")
+            raise DatasetError(
+                f"datasets {names[name]} and {path} would both be named {name!r}; "
+                "give them distinct file or folder names"
+            )
         if name == RESERVED:
-            raise DatasetError(f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; "
-                               "rename the file")
+            raise DatasetError(
+                f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; rename the file"
+            )
         names[name] = path
         items += _rows(path, name, question_key, answer_key, limit, positional)
     return items
@@ -127,8 +141,9 @@ def _starts_with_array(path: Path) -> bool:
     return head.startswith("[")
 
 
-def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | None,
-          positional: bool = False) -> list[dict]:
+def _rows(
+    path: Path, name: str, qk: str | None, ak: str | None, limit: int | None, positional: bool = False
+) -> list[dict]:
     out = []
     seen: dict[str, int] = {}
     for line_no, row in _records(path):
@@ -136,8 +151,10 @@ def _rows(path: Path, name: str, qk: str | None, ak: str | None, limit: int | No
         question, answers = _question_and_answers(row, where, qk, ak)
         item_id = str(len(out)) if positional else str(row.get("id", f"{name}_{line_no}"))
         if item_id in seen:
-            raise DatasetError(f"{path}: id {item_id!r} on line {seen[item_id]} and again on line {line_no}; "
-                               "ids must be unique within a dataset")
+            raise DatasetError(
+                f"{path}: id {item_id!r} on line {seen[item_id]} and again on line {line_no}; "
+                "ids must be unique within a dataset"
+            )
         seen[item_id] = line_no
         out.append({"id": item_id, "question": question, "golden_answers": answers, "dataset": name})
         if limit and len(out) >= limit:

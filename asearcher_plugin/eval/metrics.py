@@ -12,8 +12,8 @@ counters, shown as distributions and never as a metric.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import comb
-from typing import Sequence
 
 import numpy as np
 
@@ -41,7 +41,9 @@ def pass_at_k(scores: Sequence[Sequence[float]], k: int) -> float:
     return float(np.mean(per_q)) if per_q else 0.0
 
 
-def bootstrap_ci(per_question: Sequence[float], iters: int = 2000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(
+    per_question: Sequence[float], iters: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
     """95% percentile interval of the mean, resampling questions with replacement."""
     values = np.asarray(per_question, dtype=float)
     if len(values) == 0:
@@ -55,8 +57,13 @@ def summarise(scores: Sequence[Sequence[float]], k: int) -> dict:
     """Avg@k and Pass@k with bootstrap CIs, for one metric over one dataset."""
     avg_q = [float(np.mean(s[:k])) for s in scores if s]
     pass_q = [pass_at_k_one(s, k) for s in scores if s]
-    return {"questions": len(avg_q), f"avg@{k}": avg_at_k(scores, k), f"avg@{k}_ci95": bootstrap_ci(avg_q),
-            f"pass@{k}": pass_at_k(scores, k), f"pass@{k}_ci95": bootstrap_ci(pass_q)}
+    return {
+        "questions": len(avg_q),
+        f"avg@{k}": avg_at_k(scores, k),
+        f"avg@{k}_ci95": bootstrap_ci(avg_q),
+        f"pass@{k}": pass_at_k(scores, k),
+        f"pass@{k}_ci95": bootstrap_ci(pass_q),
+    }
 
 
 # Counters shown per trajectory as mean / p50 / p90 / max.
@@ -66,8 +73,13 @@ DISTRIBUTIONS = ("turns", "searches", "accesses", "invalid_actions", "tool_error
 def compute_metrics(rows: list[EvalRow], k: int) -> dict:
     ok = [r for r in rows if r.status == "ok"]
     failed = [r for r in rows if r.status == "failed"]
-    metrics = {"k": k, "items_ok": len(ok), "items_failed": len(failed),
-               "items_error": len(rows) - len(ok) - len(failed), "datasets": {}}
+    metrics = {
+        "k": k,
+        "items_ok": len(ok),
+        "items_failed": len(failed),
+        "items_error": len(rows) - len(ok) - len(failed),
+        "datasets": {},
+    }
     groups = {"overall": ok}
     for r in ok:
         groups.setdefault(r.dataset, []).append(r)
@@ -76,8 +88,10 @@ def compute_metrics(rows: list[EvalRow], k: int) -> dict:
         for r in group:
             by_q.setdefault((r.dataset, r.id), []).append(r)
         names = sorted({m for r in group for m in r.scores})
-        entry = {m: summarise([[x.scores.get(m, 0.0) for x in sorted(rs, key=lambda x: x.seed)]
-                               for rs in by_q.values()], k) for m in names}
+        entry = {
+            m: summarise([[x.scores.get(m, 0.0) for x in sorted(rs, key=lambda x: x.seed)] for rs in by_q.values()], k)
+            for m in names
+        }
         entry["distributions"] = {key: _dist([r.logs.get(key, 0.0) for r in group]) for key in DISTRIBUTIONS}
         entry["distributions"]["tokens"] = _dist([r.tokens for r in group])
         metrics["datasets"][name] = entry
@@ -88,8 +102,12 @@ def _dist(values: list[float]) -> dict:
     if not values:
         return {}
     a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
-            "max": float(a.max())}
+    return {
+        "mean": float(a.mean()),
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "max": float(a.max()),
+    }
 
 
 # ASearcher's metric names for ours: its F1 is the set-based one, CEM is cover-EM, MBE the judge's verdict.

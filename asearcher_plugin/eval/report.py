@@ -21,21 +21,38 @@ def _metric_rows(metrics: dict):
         for name in HEADLINE + tuple(sorted(set(entry) - set(HEADLINE) - {"distributions"})):
             if name in entry:
                 m = entry[name]
-                yield dataset, name, m["questions"], m[f"avg@{k}"], m[f"avg@{k}_ci95"], m[f"pass@{k}"], m[f"pass@{k}_ci95"]
+                yield (
+                    dataset,
+                    name,
+                    m["questions"],
+                    m[f"avg@{k}"],
+                    m[f"avg@{k}_ci95"],
+                    m[f"pass@{k}"],
+                    m[f"pass@{k}_ci95"],
+                )
 
 
 def _counts(metrics: dict) -> str:
-    return (f"{metrics['items_ok']} items scored, {metrics['items_failed']} failed for infrastructure reasons, "
-            f"{metrics.get('items_error', 0)} failed on their own (neither scored)")
+    return (
+        f"{metrics['items_ok']} items scored, {metrics['items_failed']} failed for infrastructure reasons, "
+        f"{metrics.get('items_error', 0)} failed on their own (neither scored)"
+    )
 
 
 def render_markdown(metrics: dict) -> str:
     k = metrics["k"]
-    lines = [f"# Evaluation summary (k = {k})", "",
-             _counts(metrics) + ".", "",
-             f"| dataset | metric | questions | Avg@{k} | 95% CI | Pass@{k} | 95% CI |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Evaluation summary (k = {k})",
+        "",
+        _counts(metrics) + ".",
+        "",
+        f"| dataset | metric | questions | Avg@{k} | 95% CI | Pass@{k} | 95% CI |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d, name, n, avg, avg_ci, pas, pas_ci in _metric_rows(metrics):
-        lines.append(f"| {d} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |")
+        lines.append(
+            f"| {d} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |"
+        )
     overall = metrics["datasets"].get("overall", {}).get("distributions", {})
     if overall:
         lines += ["", "| per trajectory | mean | p50 | p90 | max |", "|---|---|---|---|---|"]
@@ -82,21 +99,25 @@ def render_html(metrics: dict, rows: list[EvalRow]) -> str:
     table = "\n".join(
         f"<tr><td>{html.escape(d)}</td><td>{n_}</td><td>{q}</td><td>{a:.3f} <small>({ac[0]:.3f}-{ac[1]:.3f})</small></td>"
         f"<td>{p:.3f} <small>({pc[0]:.3f}-{pc[1]:.3f})</small></td></tr>"
-        for d, n_, q, a, ac, p, pc in _metric_rows(metrics))
+        for d, n_, q, a, ac, p, pc in _metric_rows(metrics)
+    )
     items = []
     for r in sorted(rows, key=lambda r: r.key):
         if r.status != "ok":
             cls, what = ("failed", "FAILED") if r.status == "failed" else ("error", "ERROR")
-            items.append(f'<details class="{cls}"><summary>{html.escape(r.dataset)}/{html.escape(r.id)} seed {r.seed}: '
-                         f'{what} ({html.escape(r.error)})</summary></details>')
+            items.append(
+                f'<details class="{cls}"><summary>{html.escape(r.dataset)}/{html.escape(r.id)} seed {r.seed}: '
+                f"{what} ({html.escape(r.error)})</summary></details>"
+            )
             continue
         s, logs = r.scores, r.logs
         items.append(
             f'<details class="traj"><summary><b>{html.escape(r.dataset)}/{html.escape(r.id)}</b> seed {r.seed} - '
-            f'F1 {s.get("f1", 0):.2f}, EM {s.get("em", 0):.0f} - {int(logs.get("turns", 0))} turns, '
-            f'{int(logs.get("searches", 0))} searches, {int(logs.get("accesses", 0))} pages - {html.escape(r.question)}</summary>'
-            f'<p><b>gold:</b> {html.escape(" | ".join(r.golden_answers))} &nbsp; <b>answer:</b> '
-            f'{html.escape(str(r.answer))}</p>{_turns_html(r.text)}</details>')
+            f"F1 {s.get('f1', 0):.2f}, EM {s.get('em', 0):.0f} - {int(logs.get('turns', 0))} turns, "
+            f"{int(logs.get('searches', 0))} searches, {int(logs.get('accesses', 0))} pages - {html.escape(r.question)}</summary>"
+            f"<p><b>gold:</b> {html.escape(' | '.join(r.golden_answers))} &nbsp; <b>answer:</b> "
+            f"{html.escape(str(r.answer))}</p>{_turns_html(r.text)}</details>"
+        )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>asearcher evaluation report</title>
 <style>

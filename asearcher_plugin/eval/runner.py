@@ -43,9 +43,19 @@ def _done(path: Path) -> set[tuple[str, str, int]]:
     return {row.key for row in _read_rows(path) if row.status == "ok"}
 
 
-async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, out_dir: Path, k: int = 1,
-                   concurrency: int = 8, max_length: int = 8192, temperature: float = 0.6, top_p: float = 0.95,
-                   progress: bool = True) -> Path:
+async def run_eval(
+    items: list[dict],
+    config: AgentConfig,
+    engine,
+    tokenizer,
+    out_dir: Path,
+    k: int = 1,
+    concurrency: int = 8,
+    max_length: int = 8192,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    progress: bool = True,
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "trajectories.jsonl"
     drop_cut_tail(path)
@@ -54,8 +64,7 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
     if len(set(keys)) != len(keys):
         dup = next(key for i, key in enumerate(keys) if key in keys[:i])
         raise ValueError(f"dataset {dup[0]!r} holds id {dup[1]!r} twice; items must be unique by (dataset, id)")
-    todo = [(item, seed) for item in items for seed in range(k)
-            if (item["dataset"], item["id"], seed) not in done]
+    todo = [(item, seed) for item in items for seed in range(k) if (item["dataset"], item["id"], seed) not in done]
     executor = AgentExecutor(config, for_training=False)
     sem = asyncio.Semaphore(concurrency)
     bar = tqdm(total=len(todo), desc="eval", unit=" item", disable=not progress)
@@ -64,11 +73,17 @@ async def run_eval(items: list[dict], config: AgentConfig, engine, tokenizer, ou
         async with sem:
             params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=None, seed=seed)
             started = time.perf_counter()
-            row = EvalRow(dataset=item["dataset"], id=item["id"], seed=seed, question=item["question"],
-                          golden_answers=item["golden_answers"])
+            row = EvalRow(
+                dataset=item["dataset"],
+                id=item["id"],
+                seed=seed,
+                question=item["question"],
+                golden_answers=item["golden_answers"],
+            )
             try:
-                row.record(await executor.run(item["question"], item["golden_answers"], params, max_length, tokenizer,
-                                              engine))
+                row.record(
+                    await executor.run(item["question"], item["golden_answers"], params, max_length, tokenizer, engine)
+                )
             except INFRA_ERRORS as exc:
                 row.status, row.error = "failed", f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001 - one bad item must not end a run of thousands

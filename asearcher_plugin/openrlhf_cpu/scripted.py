@@ -2,10 +2,10 @@
 
 Not a model. Each trajectory draws its number of turns from a Pareto distribution (scale
 `turns_scale`, shape `pareto_alpha`) clipped to [1, max_turns]: most are short, a few are very
-long, as ASearcher's are (with the defaults the median is 4 turns and 1 in 20 runs 40 or more). It searches the real KB with
-its question for every turn but the last, then answers. Decoding costs `ms_per_token` per token
-and requests decode concurrently up to `max_num_seqs`, as vLLM's continuous batching does, so
-what is measured is how well a scheduler keeps engines busy with trajectories of unequal length.
+long, as ASearcher's are (with the defaults the median is 4 turns and 1 in 20 runs 40 or more). It
+searches the real KB with its question for every turn but the last, then answers. Decoding costs
+`ms_per_token` per token and requests decode concurrently up to `max_num_seqs`, as vLLM's continuous batching
+does, so what is measured is how well a scheduler keeps engines busy with trajectories of unequal length.
 
 Enabled by `ASEARCHER_CPU_WORKLOAD` (JSON of `Workload`'s fields) in the environment of the Ray
 workers; the plan of a trajectory rides in its first action (`<think>plan N</think>`).
@@ -40,7 +40,7 @@ class Workload:
     seed: int = 0
 
     @classmethod
-    def from_env(cls) -> "Workload | None":
+    def from_env(cls) -> Workload | None:
         raw = os.environ.get(WORKLOAD_ENV)
         return cls(**json.loads(raw)) if raw else None
 

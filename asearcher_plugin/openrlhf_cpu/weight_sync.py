@@ -12,6 +12,7 @@ from datetime import timedelta
 def join_group(master_address: str, master_port: int, rank: int, world_size: int):
     import torch.distributed as dist
 
-    store = dist.TCPStore(master_address, int(master_port), world_size, is_master=rank == 0,
-                          timeout=timedelta(seconds=120))
+    store = dist.TCPStore(
+        master_address, int(master_port), world_size, is_master=rank == 0, timeout=timedelta(seconds=120)
+    )
     return dist.ProcessGroupGloo(store, rank, world_size, timedelta(seconds=120))

@@ -21,8 +21,9 @@ import bisect
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Literal, Optional
+from typing import Any, Literal
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,12 @@ class VersionClock:
     def __init__(self, version: int = 0):
         self.times, self.versions = [float("-inf")], [version]
 
-    def record(self, version: int, at: Optional[float] = None) -> None:
+    def record(self, version: int, at: float | None = None) -> None:
         if version != self.versions[-1]:
             self.times.append(time.time() if at is None else at)
             self.versions.append(version)
 
-    def version_at(self, t: Optional[float]) -> Optional[int]:
+    def version_at(self, t: float | None) -> int | None:
         if t is None:
             return None
         return self.versions[bisect.bisect_right(self.times, t) - 1]
@@ -75,10 +76,20 @@ def token_versions(clock: VersionClock, token_times) -> dict:
 
 
 class StreamingScheduler:
-    def __init__(self, run_group: RunGroup, prompts: Iterator[Any], batch_size: int, max_concurrent: int,
-                 max_staleness: int = 1, keep_group: Optional[Callable[[Group], bool]] = None, max_retries: int = 1,
-                 on_stale: Literal["keep", "restart"] = "keep", max_stale_restarts: int = 1, consume_lag: int = 0,
-                 admitted_before: int = 0):
+    def __init__(
+        self,
+        run_group: RunGroup,
+        prompts: Iterator[Any],
+        batch_size: int,
+        max_concurrent: int,
+        max_staleness: int = 1,
+        keep_group: Callable[[Group], bool] | None = None,
+        max_retries: int = 1,
+        on_stale: Literal["keep", "restart"] = "keep",
+        max_stale_restarts: int = 1,
+        consume_lag: int = 0,
+        admitted_before: int = 0,
+    ):
         """`consume_lag`: versions between the engines' weights and those that train the next batch handed out
         (OpenRLHF's async queue adds async_queue_size); "restart" counts staleness against the latter.
         `admitted_before`: groups admitted by earlier passes over the data (episodes) of the same run, which
@@ -103,10 +114,17 @@ class StreamingScheduler:
         self._counter = itertools.count()
         self._changed = asyncio.Event()
         self._ready_event = asyncio.Event()
-        self._pump_task: Optional[asyncio.Task] = None
+        self._pump_task: asyncio.Task | None = None
         self.peak_over_capacity = float("-inf")  # max of admitted - capacity right after any admission
-        self.stats = {"finished": 0, "filtered": 0, "failed": 0, "retried": 0, "consumed": 0,
-                      "stale_restarted": 0, "stale_dropped": 0}
+        self.stats = {
+            "finished": 0,
+            "filtered": 0,
+            "failed": 0,
+            "retried": 0,
+            "consumed": 0,
+            "stale_restarted": 0,
+            "stale_dropped": 0,
+        }
 
     # -- what the trainer calls ------------------------------------------------------------
     def start(self) -> None:
@@ -134,7 +152,7 @@ class StreamingScheduler:
             self._ready_event.clear()
             await self._ready_event.wait()
         self._ready.sort(key=lambda g: g.index)
-        batch, self._ready = self._ready[: self.batch_size], self._ready[self.batch_size:]
+        batch, self._ready = self._ready[: self.batch_size], self._ready[self.batch_size :]
         self.stats["consumed"] += len(batch)
         return batch
 

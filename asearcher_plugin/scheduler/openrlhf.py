@@ -70,8 +70,10 @@ def check_contract() -> None:
         if not callable(getattr(SamplesGenerator, name, None)):
             problems.append(f"SamplesGenerator.{name} is gone")
     if problems:
-        raise OpenRLHFContractError("the installed OpenRLHF does not match what the streaming scheduler was built "
-                                    "for (0.11.2): " + "; ".join(problems))
+        raise OpenRLHFContractError(
+            "the installed OpenRLHF does not match what the streaming scheduler was built "
+            "for (0.11.2): " + "; ".join(problems)
+        )
 
 
 class TrainerSteps:
@@ -203,10 +205,17 @@ class StreamingSamplesGenerator(SamplesGenerator):
             return experiences
 
         async def build():
-            return StreamingScheduler(run_group, prompts(), batch_size=args.rollout.batch_size,
-                                      max_concurrent=s.max_concurrent, max_staleness=s.max_staleness, keep_group=keep,
-                                      on_stale=s.on_stale, consume_lag=args.train.async_queue_size,
-                                      admitted_before=self._admitted_before)
+            return StreamingScheduler(
+                run_group,
+                prompts(),
+                batch_size=args.rollout.batch_size,
+                max_concurrent=s.max_concurrent,
+                max_staleness=s.max_staleness,
+                keep_group=keep,
+                on_stale=s.on_stale,
+                consume_lag=args.train.async_queue_size,
+                admitted_before=self._admitted_before,
+            )
 
         self._drawn_reported = self._replayed = 0
         return self._run(build())
@@ -256,21 +265,46 @@ class StreamingSamplesGenerator(SamplesGenerator):
         sched = self._sched
         self.totals["consumed_prompts"] += consumed
         staleness = [train_version - g.admitted_version for g in groups]
-        logger.info("streaming rollout: batch %d (episode %d) at engine version %d, %d groups, staleness max %s, "
-                    "%d groups in flight, %s", train_version, self._episode, version, len(groups),
-                    max(staleness, default="-"), len(sched.in_flight()), sched.stats)
+        logger.info(
+            "streaming rollout: batch %d (episode %d) at engine version %d, %d groups, staleness max %s, "
+            "%d groups in flight, %s",
+            train_version,
+            self._episode,
+            version,
+            len(groups),
+            max(staleness, default="-"),
+            len(sched.in_flight()),
+            sched.stats,
+        )
         if not self.settings.trace:
             return
-        row = {"time": time.time(), "episode": self._episode, "call": self._calls, "engine_version": version,
-               "version_source": "trainer" if self.trainer_steps.seen else "calls", "admitted": sched.admitted,
-               "capacity": sched.capacity(), "peak_over_capacity": sched.peak_over_capacity,
-               "train_version": train_version, "prompts_consumed": consumed, "exhausted": exhausted,
-               "in_flight": len(sched.in_flight()), "stats": dict(sched.stats),
-               "groups": [{"index": g.index, "prompt": _text(g.prompt[0]), "admitted_version": g.admitted_version,
-                           "staleness": train_version - g.admitted_version, "samples": len(g.samples),
-                           "first_token_version": [_num(e.info.get("policy_version_first_token")) for e in g.samples],
-                           "last_token_version": [_num(e.info.get("policy_version_last_token")) for e in g.samples]}
-                          for g in groups]}
+        row = {
+            "time": time.time(),
+            "episode": self._episode,
+            "call": self._calls,
+            "engine_version": version,
+            "version_source": "trainer" if self.trainer_steps.seen else "calls",
+            "admitted": sched.admitted,
+            "capacity": sched.capacity(),
+            "peak_over_capacity": sched.peak_over_capacity,
+            "train_version": train_version,
+            "prompts_consumed": consumed,
+            "exhausted": exhausted,
+            "in_flight": len(sched.in_flight()),
+            "stats": dict(sched.stats),
+            "groups": [
+                {
+                    "index": g.index,
+                    "prompt": _text(g.prompt[0]),
+                    "admitted_version": g.admitted_version,
+                    "staleness": train_version - g.admitted_version,
+                    "samples": len(g.samples),
+                    "first_token_version": [_num(e.info.get("policy_version_first_token")) for e in g.samples],
+                    "last_token_version": [_num(e.info.get("policy_version_last_token")) for e in g.samples],
+                }
+                for g in groups
+            ],
+        }
         with open(self.settings.trace, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
 
@@ -307,9 +341,13 @@ def streaming_actor_class(settings: SchedulerConfig):
             super().__init__(*args, **kwargs)
             stock = self.samples_generator
             self.samples_generator = StreamingSamplesGenerator(
-                strategy=stock.strategy, prompts_dataloader=self.prompts_dataloader,
-                eval_dataloader=self.eval_dataloader, tokenizer=stock.tokenizer, vllm_engines=stock.vllm_engines,
-                settings=self.scheduler_settings)
+                strategy=stock.strategy,
+                prompts_dataloader=self.prompts_dataloader,
+                eval_dataloader=self.eval_dataloader,
+                tokenizer=stock.tokenizer,
+                vllm_engines=stock.vllm_engines,
+                settings=self.scheduler_settings,
+            )
             self.rollout_slots = SlotTap(self.rollout_slots, self.samples_generator.trainer_steps)
 
         def scheduler_totals(self) -> dict:

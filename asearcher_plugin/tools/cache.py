@@ -58,8 +58,10 @@ class DiskCache:
         db = None
         try:
             db = self._db()
-            db.execute("INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
-                       (scrub(key), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
+                (scrub(key), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), time.time()),
+            )
             db.commit()
         except (sqlite3.Error, TypeError) as exc:  # orjson.JSONEncodeError is a TypeError
             self._failed("write", exc)
@@ -76,5 +78,11 @@ class DiskCache:
         await asyncio.to_thread(self.set, key, value)
 
     def _failed(self, what: str, exc: Exception) -> None:
-        log.warning("cache %s failed in %s (%s: %s); going on without it", what, self.path, type(exc).__name__, exc,
-                    extra={"throttle_key": (what, str(self.path), type(exc).__name__)})
+        log.warning(
+            "cache %s failed in %s (%s: %s); going on without it",
+            what,
+            self.path,
+            type(exc).__name__,
+            exc,
+            extra={"throttle_key": (what, str(self.path), type(exc).__name__)},
+        )

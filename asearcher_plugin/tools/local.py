@@ -20,10 +20,16 @@ class LocalToolBox(ToolBox):
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
         # `contents` ("Title"\ntext) as well: it is what ASearcher's own client shows of a KB row
-        return [{"title": h["document"].get("title", ""), "url": h["document"].get("url", ""),
-                 "text": h["document"].get("text") or h["document"].get("contents", ""),
-                 "contents": h["document"].get("contents"), "score": h.get("score")}
-                for h in hits]
+        return [
+            {
+                "title": h["document"].get("title", ""),
+                "url": h["document"].get("url", ""),
+                "text": h["document"].get("text") or h["document"].get("contents", ""),
+                "contents": h["document"].get("contents"),
+                "score": h.get("score"),
+            }
+            for h in hits
+        ]
 
     async def access(self, url: str) -> str | None:
         try:

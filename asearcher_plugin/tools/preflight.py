@@ -34,7 +34,9 @@ def check_kb_reachable(local: LocalToolsConfig, attempts: int = 3, timeout: floa
                 log.warning("KB servers unreachable from %s: %s", socket.gethostname(), down)
             return
         time.sleep(1.0 * (attempt + 1))
-    raise ConfigError(f"no knowledge-base server reachable from node {socket.gethostname()}: "
-                      + "; ".join(f"{u} ({problems[u]})" for u in local.urls)
-                      + ". Set agent.tools.local.urls to servers every rollout node reaches "
-                      "(`asearcher kb serve --host 0.0.0.0` on the KB machine), or check_on_start: false")
+    raise ConfigError(
+        f"no knowledge-base server reachable from node {socket.gethostname()}: "
+        + "; ".join(f"{u} ({problems[u]})" for u in local.urls)
+        + ". Set agent.tools.local.urls to servers every rollout node reaches "
+        "(`asearcher kb serve --host 0.0.0.0` on the KB machine), or check_on_start: false"
+    )

@@ -112,8 +112,9 @@ async def guard(url: str, allow_hosts: Iterable[str] = frozenset()) -> Target:
     if host in METADATA_HOSTS or host.rstrip(".") in METADATA_HOSTS:
         raise BlockedURL(f"{host} is a cloud metadata service")
     netloc = f"[{host}]" if ":" in host else host
-    fetch_url = urlunsplit((parts.scheme, netloc + (f":{port}" if port is not None else ""), parts.path, parts.query,
-                            parts.fragment))
+    fetch_url = urlunsplit(
+        (parts.scheme, netloc + (f":{port}" if port is not None else ""), parts.path, parts.query, parts.fragment)
+    )
     try:
         addresses = [host] if _is_ip(host) else await resolve(host, port or (443 if parts.scheme == "https" else 80))
     except socket.gaierror as exc:
@@ -173,8 +174,9 @@ class PinnedBackend(httpcore.AsyncNetworkBackend):
         error: Exception | None = None
         for addr in addresses:
             try:
-                return await self.inner.connect_tcp(addr, port, timeout=timeout, local_address=local_address,
-                                                    socket_options=socket_options)
+                return await self.inner.connect_tcp(
+                    addr, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 error = exc
         raise error

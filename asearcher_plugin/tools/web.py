@@ -38,8 +38,9 @@ class WebToolBox(ToolBox):
         # from the environment, which would resolve the host again).
         self.http = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False, headers=headers)
         transport, self.pins = pinned_transport()
-        self.pages = httpx.AsyncClient(timeout=self.cfg.timeout, follow_redirects=False, headers=headers,
-                                       transport=transport, trust_env=False)
+        self.pages = httpx.AsyncClient(
+            timeout=self.cfg.timeout, follow_redirects=False, headers=headers, transport=transport, trust_env=False
+        )
         self.limiter = HostRateLimiter(self.cfg.per_host_rps)
         cache_dir = self.cfg.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "asearcher")
         self.cache = DiskCache(os.path.join(cache_dir, "web.sqlite"))
@@ -51,15 +52,18 @@ class WebToolBox(ToolBox):
 
     def _endpoint(self, url: str, name: str, http: httpx.AsyncClient) -> MultiURLClient:
         """The shared retry rule for one URL, taken as written (no trailing-slash or scheme normalising)."""
-        return MultiURLClient(url, name, http=http, pool=URLPool([url]), retries=self.cfg.retries, backoff=0.5,
-                              max_backoff=10)
+        return MultiURLClient(
+            url, name, http=http, pool=URLPool([url]), retries=self.cfg.retries, backoff=0.5, max_backoff=10
+        )
 
     async def _within_deadline(self, what: str, call):
         """`call` bounded in total: httpx's timeout is per read, and a server may send one byte per read."""
         try:
             return await asyncio.wait_for(call, self.cfg.fetch_deadline)
         except asyncio.TimeoutError:
-            raise ToolError(f"{what} failed: no complete reply within the {self.cfg.fetch_deadline:g} s deadline") from None
+            raise ToolError(
+                f"{what} failed: no complete reply within the {self.cfg.fetch_deadline:g} s deadline"
+            ) from None
 
     async def _request(self, method: str, url: str, **kw) -> httpx.Response:
         async def attempt(u: str) -> httpx.Response:
@@ -85,8 +89,12 @@ class WebToolBox(ToolBox):
         if cached is not None:
             return cached
         try:
-            resp = await self._request("POST", self.cfg.serper_url, json={"q": query, "num": topk},
-                                       headers={"X-API-KEY": key, "Content-Type": "application/json"})
+            resp = await self._request(
+                "POST",
+                self.cfg.serper_url,
+                json={"q": query, "num": topk},
+                headers={"X-API-KEY": key, "Content-Type": "application/json"},
+            )
         except EndpointError as exc:
             raise ToolError(f"search failed: {exc}") from None
         if resp.status_code != 200:
@@ -120,8 +128,14 @@ class WebToolBox(ToolBox):
     async def _jina(self, url: str, key: str) -> str | None:
         # Jina Reader takes the target in a POST body; appended to the path, its fragment would be
         # dropped and its query read as the reader's own.
-        body, resp = await self._fetch_capped(self.http, "POST", self.cfg.jina_url, "reader API", data={"url": url},
-                                              headers={"Authorization": f"Bearer {key}"})
+        body, resp = await self._fetch_capped(
+            self.http,
+            "POST",
+            self.cfg.jina_url,
+            "reader API",
+            data={"url": url},
+            headers={"Authorization": f"Bearer {key}"},
+        )
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
@@ -148,13 +162,15 @@ class WebToolBox(ToolBox):
             return _decode(body, resp)
         raise ToolError(f"access failed: more than {MAX_REDIRECTS} redirects")
 
-    async def _fetch_capped(self, client: httpx.AsyncClient, method: str, url: str, name: str,
-                            **kw) -> tuple[bytes, httpx.Response]:
+    async def _fetch_capped(
+        self, client: httpx.AsyncClient, method: str, url: str, name: str, **kw
+    ) -> tuple[bytes, httpx.Response]:
         """The body streamed up to `max_page_bytes` (the rest is never read), with the shared retry rule."""
         return await self._endpoint(url, name, client).call(lambda u: self._read_capped(client, method, u, **kw))
 
-    async def _read_capped(self, client: httpx.AsyncClient, method: str, url: str,
-                           **kw) -> tuple[bytes, httpx.Response]:
+    async def _read_capped(
+        self, client: httpx.AsyncClient, method: str, url: str, **kw
+    ) -> tuple[bytes, httpx.Response]:
         await self.limiter.wait(urlsplit(url).hostname or "")
         try:
             async with client.stream(method, url, **kw) as resp:
@@ -184,8 +200,10 @@ def pinned_transport() -> tuple[httpx.AsyncHTTPTransport, PinnedBackend]:
     pool = getattr(transport, "_pool", None)
     # httpx takes no network backend; its pool hands this attribute to every connection it opens.
     if not hasattr(pool, "_network_backend"):
-        raise RuntimeError(f"httpx {httpx.__version__} keeps no httpcore pool with a network backend; "
-                           "the URL guard cannot pin addresses")
+        raise RuntimeError(
+            f"httpx {httpx.__version__} keeps no httpcore pool with a network backend; "
+            "the URL guard cannot pin addresses"
+        )
     backend = PinnedBackend(pool._network_backend)
     pool._network_backend = backend
     return transport, backend
@@ -196,8 +214,9 @@ def serper_docs(resp: httpx.Response, topk: int) -> list[dict]:
     try:
         data = resp.json()
     except ValueError:
-        raise ToolError(f"search failed: the reply is not JSON ({resp.headers.get('content-type', '?')}): "
-                        f"{resp.text[:200]!r}") from None
+        raise ToolError(
+            f"search failed: the reply is not JSON ({resp.headers.get('content-type', '?')}): {resp.text[:200]!r}"
+        ) from None
     if not isinstance(data, dict):
         raise ToolError(f"search failed: expected a JSON object, got {type(data).__name__}: {resp.text[:200]!r}")
     organic = data.get("organic") or []  # absent when nothing matched
@@ -228,8 +247,9 @@ def html_to_markdown(html: str, url: str = "") -> str:
     """Main content as markdown (trafilatura); the whole page via markdownify when extraction finds nothing."""
     import trafilatura
 
-    text = trafilatura.extract(html, url=url or None, output_format="markdown", include_links=True,
-                               include_tables=True, favor_recall=True)
+    text = trafilatura.extract(
+        html, url=url or None, output_format="markdown", include_links=True, include_tables=True, favor_recall=True
+    )
     if text and text.strip():
         return text.strip()
     from bs4 import BeautifulSoup

@@ -9,8 +9,9 @@ from asearcher_plugin.engines.hf import HFEngine
 
 
 class AsyncEngineArgs:
-    def __init__(self, model: str, seed: int = 0, max_model_len: int | None = None, enable_prefix_caching=False,
-                 **kwargs):
+    def __init__(
+        self, model: str, seed: int = 0, max_model_len: int | None = None, enable_prefix_caching=False, **kwargs
+    ):
         self.model, self.seed, self.max_model_len = model, seed, max_model_len
         self.enable_prefix_caching = enable_prefix_caching
         self.other = kwargs  # dtype, TP size, GPU memory, ...: meaningless on CPU, kept for inspection
@@ -26,7 +27,7 @@ class _OutputProcessor:
 
 class AsyncLLMEngine:
     @classmethod
-    def from_engine_args(cls, engine_args: AsyncEngineArgs) -> "AsyncLLMEngine":
+    def from_engine_args(cls, engine_args: AsyncEngineArgs) -> AsyncLLMEngine:
         return cls(engine_args)
 
     def __init__(self, engine_args: AsyncEngineArgs):
@@ -74,8 +75,9 @@ class AsyncLLMEngine:
         # Blocking collectives run off the loop so generation and tool calls go on meanwhile.
         return await asyncio.get_running_loop().run_in_executor(self._control, getattr(self, f"_rpc_{method}"), *args)
 
-    def _rpc_init_process_group(self, master_address, master_port, rank_offset, world_size, group_name, backend,
-                                use_ray):
+    def _rpc_init_process_group(
+        self, master_address, master_port, rank_offset, world_size, group_name, backend, use_ray
+    ):
         from asearcher_plugin.openrlhf_cpu.weight_sync import join_group
 
         self._group = join_group(master_address, master_port, rank_offset, world_size)
