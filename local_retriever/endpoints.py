@@ -36,6 +36,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from .log_throttle import throttled
+
+log = throttled(__name__)  # one WARNING per URL a minute: a dead replica must not bury the rest of the log
+
 T = TypeVar("T")
 UNAVAILABLE = {429, 502, 503, 504}  # statuses that say the URL cannot serve now, whatever the request
 _JSON = {"content-type": "application/json"}
@@ -228,6 +232,13 @@ class MultiURLClient:
                         if faults > 1:
                             raise EndpointServerError(url, exc.status, exc.message) from None
                         last[url] = exc.reason
+                        log.warning(
+                            "%s %s: %s; retried once elsewhere",
+                            self.name,
+                            url,
+                            exc.reason,
+                            extra={"throttle_key": ("500", url)},
+                        )
                         raise
                     except BadReply as exc:
                         self.counters["bad_replies"] += 1
@@ -236,6 +247,14 @@ class MultiURLClient:
                     except Retryable as exc:
                         last[url] = exc.reason
                         self.pool.cool(url)
+                        log.warning(
+                            "%s %s: %s; cooling down %gs, failing over",
+                            self.name,
+                            url,
+                            exc.reason,
+                            self.pool.cooldown,
+                            extra={"throttle_key": ("cool", url)},
+                        )
                         raise
                     finally:
                         self.pool.in_flight[url] -= 1

@@ -66,6 +66,22 @@ def test_failover_across_two_servers_and_cooldown():
     assert stats["failovers"] == 1
 
 
+def test_failovers_are_logged_once_per_url(caplog):
+    # a replica that keeps failing is one WARNING (then rate-limited), not one per request
+    a, b = scripted("a", [503] * 100), scripted("b")
+    with serve_app(a) as ua, serve_app(b) as ub:
+
+        async def go():
+            async with MultiURLClient([f"{ua}/v1", f"{ub}/v1"], "test", backoff=0.01, cooldown=0.01) as client:
+                return await post(client, 8)
+
+        with caplog.at_level("WARNING", logger="local_retriever.endpoints"):
+            replies = run(go())
+    assert {r["served_by"] for r in replies} == {"b"} and a.state.hits >= 2
+    warned = [r for r in caplog.records if r.name == "local_retriever.endpoints"]
+    assert len(warned) == 1 and f"{ua}/v1" in warned[0].getMessage() and "503" in warned[0].getMessage()
+
+
 def test_load_is_shared_by_healthy_servers():
     a, b = scripted("a"), scripted("b")
     with serve_app(a) as ua, serve_app(b) as ub:
