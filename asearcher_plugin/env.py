@@ -33,6 +33,7 @@ from asearcher_plugin.agent.prompts import (
     reasoning_prompt,
     template_for,
 )
+from asearcher_plugin.agent.transcript import Transcript
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory, flat_logs
@@ -314,22 +315,12 @@ class AgentExecutor(AgentExecutorBase):
         if self.config.agent_type == "asearcher-reasoning":
             return await self._run_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         agent = AgentInstance(self.config, self._toolbox())
-        observation = (await agent.reset({"observation": prompt, "label": label}))["observation"]
-        chat = self.config.feedback_style == "chat"
-        if chat and self.config.wrap_prompt:
-            observation = chat_prompt(hf_tokenizer, observation)
-        tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
-        cap = self.config.max_new_tokens_per_turn
-        tokens = tokens[-max(1, max_length - min(cap, max_length // 2)) :]  # leave room for at least one turn
-        want_logprobs = getattr(sampling_params, "logprobs", None) is not None
-        logprobs = [0.0] * len(tokens) if want_logprobs else None
-        eos_id = getattr(hf_tokenizer, "eos_token_id", None)
-        texts = [observation]  # joined once at the end: concatenating every turn is quadratic in the trajectory
-        action_ranges, truncated, done, reward, result = [], False, False, 0.0, {}
-        shown = None  # (token span, short ids, index in texts, short text) of a block to stub after this call
+        transcript = await self._start(agent, prompt, label, sampling_params, max_length, hf_tokenizer)
+        cap, eos_id = self.config.max_new_tokens_per_turn, getattr(hf_tokenizer, "eos_token_id", None)
+        truncated, done, reward = False, False, 0.0
         first_call_at = last_token_at = None  # wall clock, mapped to policy versions by the scheduler
         while not done:
-            budget = max_length - len(tokens)
+            budget = max_length - len(transcript.tokens)
             if budget <= 0:
                 truncated = True
                 break
@@ -337,43 +328,18 @@ class AgentExecutor(AgentExecutorBase):
                 sampling_params, max_tokens=min(cap, budget), stop=agent.stop, include_stop_str_in_output=True
             )
             first_call_at = first_call_at or time.time()
-            out = (await llm_engine.generate(tokens, params)).outputs[0]
+            out = (await llm_engine.generate(transcript.tokens, params)).outputs[0]
             last_token_at = time.time()
-            action_ranges.append((len(tokens), len(tokens) + len(out.token_ids)))
-            tokens.extend(out.token_ids)
-            if want_logprobs:
-                logprobs += [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs or [])]
-                logprobs += [0.0] * (len(tokens) - len(logprobs))
-            texts.append(out.text)
-            if shown is not None:
-                tokens, logprobs = stub_block(shown, tokens, logprobs, action_ranges, texts)
-                shown = None
-            if out.finish_reason == "length" and len(tokens) >= max_length:
+            transcript.add_turn(out)
+            if out.finish_reason == "length" and len(transcript.tokens) >= max_length:
                 truncated = True
                 break
-            result = await agent.step(
-                {
-                    "action_text": out.text,
-                    "label": label,
-                    "sampling_params": params,
-                    "ended": ended_at_eos(out, eos_id, params.stop),
-                }
-            )
-            done = result["done"]
-            reward = float(result["rewards"].item())
-            feedback = result["environment_feedback"]
-            if feedback and chat:
-                feedback = chat_feedback(hf_tokenizer, feedback.strip())
-            if feedback and not done:
-                fb = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(tokens)]
-                short = result.get("feedback_short", feedback)
-                if self.stub_blocks and short != feedback:
-                    short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][: len(fb)]
-                    shown = ((len(tokens), len(tokens) + len(fb)), short_ids, len(texts), short)
-                tokens.extend(fb)
-                if want_logprobs:
-                    logprobs += [0.0] * len(fb)
-                texts.append(feedback)
+            ended = ended_at_eos(out, eos_id, params.stop)
+            step = {"action_text": out.text, "label": label, "sampling_params": params, "ended": ended}
+            result = await agent.step(step)
+            done, reward = result["done"], float(result["rewards"].item())
+            if result["environment_feedback"] and not done:
+                self._add_feedback(transcript, result, hf_tokenizer, max_length)
         if not done:
             reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
         return Trajectory(
@@ -384,13 +350,35 @@ class AgentExecutor(AgentExecutorBase):
             stats=agent.counters(),
             truncated=truncated,
             answer=agent.answer,
-            text="".join(texts),
-            observation_tokens=tokens,
-            action_ranges=action_ranges,
-            rollout_log_probs=logprobs,
+            text=transcript.text,
+            observation_tokens=transcript.tokens,
+            action_ranges=transcript.action_ranges,
+            rollout_log_probs=transcript.logprobs,
             token_times=[first_call_at, last_token_at],
             images=images,
         )
+
+    async def _start(self, agent, prompt, label, sampling_params, max_length: int, hf_tokenizer) -> Transcript:
+        """The prompt's tokens, cut from the left so at least one turn fits."""
+        observation = (await agent.reset({"observation": prompt, "label": label}))["observation"]
+        if self.config.feedback_style == "chat" and self.config.wrap_prompt:
+            observation = chat_prompt(hf_tokenizer, observation)
+        tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
+        cap = self.config.max_new_tokens_per_turn
+        tokens = tokens[-max(1, max_length - min(cap, max_length // 2)) :]
+        return Transcript.start(observation, tokens, getattr(sampling_params, "logprobs", None) is not None)
+
+    def _add_feedback(self, transcript: Transcript, result: dict, hf_tokenizer, max_length: int) -> None:
+        feedback = result["environment_feedback"]
+        if self.config.feedback_style == "chat":
+            feedback = chat_feedback(hf_tokenizer, feedback.strip())
+        ids = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(transcript.tokens)]
+        short = result.get("feedback_short", feedback)
+        if self.stub_blocks and short != feedback:
+            short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][: len(ids)]
+            transcript.add_feedback(ids, feedback, short_ids, short)
+        else:
+            transcript.add_feedback(ids, feedback)
 
     async def _run_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
@@ -425,24 +413,6 @@ class AgentExecutor(AgentExecutorBase):
             answer=agent.answer,
             text=history,
         )
-
-
-def stub_block(
-    shown, tokens: list, logprobs: list | None, action_ranges: list, texts: list
-) -> tuple[list, list | None]:
-    """The transcript with a block that has been summarised replaced by its stub, as ASearcher's next call sees it.
-
-    ASearcher tokenises the full and the short text of a block separately and concatenates token ids;
-    so do we. Turns generated after the block move with it.
-    """
-    (start, end), short_ids, text_index, short_text = shown
-    shift = len(short_ids) - (end - start)
-    tokens = tokens[:start] + short_ids + tokens[end:]
-    if logprobs is not None:
-        logprobs = logprobs[:start] + [0.0] * len(short_ids) + logprobs[end:]
-    action_ranges[:] = [(a + shift, b + shift) if a >= end else (a, b) for a, b in action_ranges]
-    texts[text_index] = short_text
-    return tokens, logprobs
 
 
 def ended_at_eos(out, eos_id: int | None, stops=STOP_STRINGS) -> bool:
