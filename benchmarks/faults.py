@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.readme_table import publish  # noqa: E402
 from local_retriever.build import ensure_sample_kb  # noqa: E402
 from local_retriever.client import RetrievalClient  # noqa: E402
-from local_retriever.quickstart import wait_healthy  # noqa: E402
 from local_retriever.sample import load_sample_questions  # noqa: E402
+from local_retriever.server_process import serving  # noqa: E402
 
 QUESTIONS = [q["question"] for q in load_sample_questions()]
 TITLES = ["Albert Einstein", "Angola", "Atlantic Ocean", "Algorithm"]
@@ -57,40 +54,8 @@ POISON = [
 LIE = b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"que'
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def kb_serve(kb_dir: Path, *flags: str):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "local_retriever.cli",
-            "serve",
-            str(kb_dir),
-            "--port",
-            str(port),
-            "--retriever",
-            "hybrid",
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    try:
-        wait_healthy(url, proc, timeout=600)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
+    return serving(kb_dir, "hybrid", list(flags), timeout=600)
 
 
 class Tally:

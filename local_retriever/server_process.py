@@ -5,6 +5,7 @@ The quickstarts, the tests and the benchmarks all run real servers this way.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -73,3 +74,25 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> di
     import httpx
 
     return wait_until_up(proc, lambda: httpx.get(f"{url}/health", timeout=2).json(), f"server at {url}", timeout)
+
+
+@contextlib.contextmanager
+def serving(
+    kb_dir: Path, retriever: str = "hybrid", extra: list[str] = (), log: Path | None = None, timeout: float = 120.0
+):
+    """`asearcher kb serve` on a free port until the block ends, its output in the file `log` if given;
+    yields (url, process)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    if log is None:
+        proc = start_server(kb_dir, port, retriever, list(extra))
+    else:
+        with open(log, "wb") as out:
+            proc = start_server(kb_dir, port, retriever, list(extra), out)
+    try:
+        wait_healthy(url, proc, timeout)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)

@@ -8,7 +8,7 @@ import pytest
 
 from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets
 from tests.http_helpers import free_port
-from tests.test_eval_items import ScriptedModel, write_jsonl
+from tests.test_eval_items import ScriptedModel, run_eval, write_jsonl
 
 # ASearcher's test rows: `question` and `answer` (a string or a list), or `gt`; no ids.
 GAIA = [
@@ -76,40 +76,7 @@ def test_layout_errors_name_what_is_missing(tmp_path):
 
 
 def run_cli_eval(tmp_path, model, out, *args, k=2):
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text("agent:\n  agent_type: search-r1\n  max_turns: 2\n")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "asearcher_plugin.cli",
-            "eval",
-            *args,
-            "--k",
-            str(k),
-            "--out",
-            str(out),
-            "--agent-config",
-            str(cfg),
-            "--kb-url",
-            f"http://127.0.0.1:{free_port()}",
-            "--base-url",
-            f"{model.url}/v1",
-            "--model",
-            "scripted",
-            "--tokenizer",
-            str(model.tokenizer.name_or_path),
-            "--max-length",
-            "1024",
-            "--concurrency",
-            "2",
-            "--temperature",
-            "0.6",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_eval(tmp_path, model, out, k=k, extra=[*args, "--temperature", "0.6"])
 
 
 def test_eval_in_asearcher_layout_counts_each_dataset_and_writes_its_aggregate(tmp_path, model_server):

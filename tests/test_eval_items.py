@@ -81,10 +81,11 @@ def model_server(tiny_model):
         yield model
 
 
-def run_eval(tmp_path, model, out, datasets, k=1):
+def run_eval(tmp_path, model, out, datasets=(), k=1, extra=()):
+    """`asearcher eval` on `datasets` (and the flags in `extra`) against `model`, in a subprocess."""
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("agent:\n  agent_type: search-r1\n  max_turns: 2\n")
-    args = [a for d in datasets for a in ("--dataset", str(d))]
+    args = [a for d in datasets for a in ("--dataset", str(d))] + list(extra)
     return subprocess.run(
         [
             sys.executable,

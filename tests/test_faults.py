@@ -13,7 +13,6 @@ Kept elsewhere, not repeated here:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -29,46 +28,17 @@ import pytest
 from fastapi import FastAPI, Request
 
 from local_retriever.client import RetrievalClient
-from local_retriever.quickstart import wait_healthy
 from local_retriever.sample import load_sample_questions
-from tests.http_helpers import free_port, serve_app
+from local_retriever.server_process import serving
+from tests.http_helpers import serve_app
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [q["question"] for q in load_sample_questions()]
 
 
-@contextlib.contextmanager
 def kb_serve(kb_dir: Path, log: Path, *flags: str):
-    """`asearcher kb serve` as a subprocess on a free port; yields (url, process)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "local_retriever.cli",
-                "serve",
-                str(kb_dir),
-                "--port",
-                str(port),
-                "--retriever",
-                "hybrid",
-                "--threads",
-                "1",
-                *flags,
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        wait_healthy(url, proc, timeout=900)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=60)
+    """`asearcher kb serve` (hybrid, one search thread) as a subprocess on a free port; yields (url, process)."""
+    return serving(kb_dir, "hybrid", ["--threads", "1", *flags], log, timeout=900)
 
 
 # --- soak: good and poison traffic mixed, memory levels off, no good request fails --------------------------------
