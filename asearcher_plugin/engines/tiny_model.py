@@ -53,10 +53,10 @@ def ensure_tiny_model(out_dir: str | Path) -> Path:
 def make_tiny_model(
     out_dir: str | Path,
     vocab_size: int = 4096,
-    hidden_size: int = 64,
+    hidden_size: int = 128,
     layers: int = 2,
-    heads: int = 4,
-    kv_heads: int = 2,
+    heads: int = 2,  # head_dim 64: the smallest head vLLM's CPU attention kernels take (16 is refused)
+    kv_heads: int = 1,
     max_positions: int = 8192,
     seed: int = 0,
 ) -> Path:

@@ -1,20 +1,19 @@
-"""OpenRLHF 0.11.2's real training orchestration on a machine without a GPU.
+"""OpenRLHF 0.11.2's real training on a machine without a GPU: `asearcher train RECIPE --cpu`.
 
-`activate()` replaces exactly what needs CUDA, at the narrowest point, and nothing else:
+OpenRLHF's parser, `train()`, async and sync trainers, `create_vllm_engines` and `RolloutRayActor` driving real
+vLLM 0.29 (the `vllm-cpu` build), `PolicyModelActor` / `ReferenceModelActor` / `ActorPPOTrainer` with DeepSpeed on
+its CPU accelerator (gloo), the replay buffer, `broadcast_to_vllm`, checkpoints: all run as on GPUs. Replaced, at
+the narrowest point, only what needs CUDA:
 
 | replaced | by | why |
 |---|---|---|
-| the `vllm` package | `stand_ins/vllm`: `HFEngine` (transformers, CPU) behind `AsyncLLMEngine` | vLLM needs CUDA; OpenRLHF's `RolloutRayActor`, agent loading and `create_vllm_engines` run unchanged on top |
-| `flash_attn` | `stand_ins/flash_attn`, import-only | imported at module level by `openrlhf.models`; only called with ring attention |
-| `PolicyModelActor` | `CPUPolicyModelActor` | DeepSpeed ZeRO needs CUDA; the stand-in runs OpenRLHF's `Actor` and `PolicyLoss` with AdamW |
-| `ReferenceModelActor` | `CPUReferenceModelActor` | same; forward only |
-| NCCL weight broadcast | gloo, same calls (`init_process_group`, one `update_weight` per tensor) | NCCL needs CUDA |
+| `torch.cuda.*` and `torch.device("cuda:N")` as six OpenRLHF trainer modules see them (`device_shims`) | the CPU: device `"cpu"`, no streams, nothing to synchronise | CPU torch raises on each |
+| `init_device_mesh("cuda", ...)` in `DeepspeedStrategy` (`device_shims`) | the same mesh on `"cpu"` | same |
+| NCCL weight broadcast: `stateless_init_process_group` (PyNccl) on both ends, the `device="cuda"` receive buffer in `WorkerWrap.update_weight` (`vllm_transport`) | a gloo group with the same `broadcast` call, a CPU buffer; vLLM's `load_weights` as before | NCCL needs CUDA |
+| `flash_attn` (`stand_ins/flash_attn`) | an import-only package | `openrlhf.models` imports it at module level; it is only called with ring attention, which the harness refuses |
 
-OpenRLHF's parser, `train()`, `PPOTrainerAsync` / `PPOTrainer`, `GenerateSamplesActor`,
-`TrainingActor`, experience making, advantages, checkpoint/resume bookkeeping, the slot and
-rollout queues and the vLLM lock all run as they do on GPUs, in Ray actors with logical GPUs.
-DeepSpeed itself must be importable (OpenRLHF imports it everywhere); it is never asked to
-initialise an engine.
+Set by the recipe, not patched: `--ds.attn_implementation sdpa` (flash-attn needs CUDA) and DeepSpeed's CPU
+accelerator (`DS_ACCELERATOR=cpu`). The policy actor also logs what each update trained on (`actors.FitLog`).
 """
 
 from __future__ import annotations
@@ -26,43 +25,68 @@ from pathlib import Path
 STAND_INS = Path(__file__).resolve().parent / "stand_ins"
 # Logical resources for Ray: OpenRLHF asks for GPUs and CPUs per actor, nothing runs on a GPU.
 RAY_RESOURCES = {"num_cpus": 16, "num_gpus": 8}
+# What the actors' processes need, set before Ray starts so every worker (and vLLM's engine core) inherits it.
+HARNESS_ENV = {
+    "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo)
+    "ASEARCHER_CPU_HARNESS": "1",  # turns on vllm_transport in vLLM's workers
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is sized for big models
+}
+EXTRA = 'pip install -c constraints/cpu.txt -e ".[cpu-harness]"'
+
+
+class HarnessMissing(RuntimeError):
+    pass
+
+
+def check_installed() -> None:
+    """One line naming the extra when vLLM or DeepSpeed is not there."""
+    missing = []
+    for name in ("vllm", "deepspeed", "openrlhf"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise HarnessMissing(f"--cpu needs {', '.join(missing)}: install the CPU harness with {EXTRA}")
 
 
 def use_stand_ins() -> None:
-    """`import vllm` / `import flash_attn` find the stand-ins, here and in Ray workers started afterwards."""
+    """`import flash_attn` finds the import-only stand-in, here and in Ray workers started afterwards."""
     if str(STAND_INS) not in sys.path:
         sys.path.insert(0, str(STAND_INS))
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(STAND_INS) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(STAND_INS), *paths])
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for key, value in HARNESS_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 def activate() -> dict:
-    """The stand-ins, and the CPU model actors where `train()` looks them up. Returns the `ray.init`
-    resources to start Ray with."""
+    """The environment and OpenRLHF's actor classes, re-decorated with the device shims, where `train()` looks them
+    up. Returns the `ray.init` resources to start Ray with."""
     use_stand_ins()
-
-    import ray
+    check_installed()
     from openrlhf.trainer.ray import launcher, ppo_actor
 
-    from .policy_actor import CPUPolicyModelActor, CPUReferenceModelActor
+    from .actors import FitLog, on_cpu
 
-    ppo_actor.PolicyModelActor = ray.remote(num_gpus=1)(CPUPolicyModelActor)
-    launcher.ReferenceModelActor = ray.remote(num_gpus=1)(CPUReferenceModelActor)
+    ppo_actor.PolicyModelActor = on_cpu(ppo_actor.PolicyModelActor, FitLog)
+    launcher.ReferenceModelActor = on_cpu(launcher.ReferenceModelActor)
     return dict(RAY_RESOURCES)
 
 
 def check_args(args) -> None:
-    """What the stand-ins cannot do, refused before any actor starts."""
+    """What the harness cannot do, refused before any actor starts."""
     problems = []
     if args.critic.model_name_or_path:
-        problems.append("a critic (no CPU stand-in for CriticModelActor; use a group estimator such as group_norm)")
-    if not args.reward.remote_url:
+        problems.append("a critic (use a group estimator such as group_norm)")
+    if not args.reward.remote_url and not args.train.agent_func_path:
         problems.append("a reward model (use --train.agent_func_path or --reward.remote_url)")
     if args.ds.ring_attn_size > 1 or args.ds.tensor_parallel_size > 1 or args.vllm.tensor_parallel_size > 1:
         problems.append("ring attention or tensor parallelism")
-    if args.actor.num_nodes * args.actor.num_gpus_per_node != 1:
-        problems.append("more than one policy actor (set --actor.num_gpus_per_node 1)")
+    if "flash" in (args.ds.attn_implementation or ""):
+        problems.append(f"--ds.attn_implementation {args.ds.attn_implementation} (flash-attn needs CUDA; use sdpa)")
+    if args.ds.packing_samples:
+        problems.append("--ds.packing_samples (needs flash-attn)")
     if problems:
         raise ValueError("the CPU harness cannot run " + "; ".join(problems))

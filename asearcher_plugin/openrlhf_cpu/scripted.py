@@ -1,19 +1,20 @@
-"""A scheduling workload for the CPU harness: scripted turns with a heavy-tailed turn count.
+"""A scheduling workload for the CPU harness: an agent file whose turns are scripted, decoded by the real engine.
 
-Not a model. Each trajectory draws its number of turns from a Pareto distribution (scale
-`turns_scale`, shape `pareto_alpha`) clipped to [1, max_turns]: most are short, a few are very
-long, as ASearcher's are (with the defaults the median is 4 turns and 1 in 20 runs 40 or more). It
-searches the real KB with its question for every turn but the last, then answers. Decoding costs
-`ms_per_token` per token and requests decode concurrently up to `max_num_seqs`, as vLLM's continuous batching
-does, so what is measured is how well a scheduler keeps engines busy with trajectories of unequal length.
+Pass it as the agent file (`--set openrlhf.train.agent_func_path=$(python -m asearcher_plugin.openrlhf_cpu.scripted)`)
+with `ASEARCHER_CPU_WORKLOAD` (JSON of `Workload`'s fields) in the environment. Each trajectory draws its number of
+turns from a Pareto distribution (scale `turns_scale`, shape `pareto_alpha`) clipped to [1, max_turns]: most are
+short, a few very long, as ASearcher's are (with the defaults the median is 4 turns and 1 in 20 runs 40 or more).
+Every turn is real work for the vLLM engine: it decodes exactly `tokens_per_turn` tokens of the growing trajectory
+(prefill, continuous batching, pauses for weight updates included); the tokens the agent then keeps are scripted: a
+real KB search with the question for every turn but the last, then an answer. The plan of a trajectory rides in its
+first action (`<think>plan N</think>`). So what is measured is how well a scheduler keeps engines busy with
+trajectories of unequal length, not what a random model happens to write.
 
-Enabled by `ASEARCHER_CPU_WORKLOAD` (JSON of `Workload`'s fields) in the environment of the Ray
-workers; the plan of a trajectory rides in its first action (`<think>plan N</think>`).
+OpenRLHF loads this file by path (as `agent_module`), so it imports only absolute names.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -21,11 +22,13 @@ import random
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput
+from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, with_overrides
+from asearcher_plugin.env import AgentExecutor as _AgentExecutor
 
 WORKLOAD_ENV = "ASEARCHER_CPU_WORKLOAD"
-STATS_ENV = "ASEARCHER_CPU_ENGINE_STATS"  # a folder: each engine writes its busy time there
+STATS_ENV = "ASEARCHER_CPU_ENGINE_STATS"  # a folder: each engine actor writes its busy intervals there
 _PLAN = re.compile(r"<think>plan (\d+)</think>")
 
 
@@ -34,22 +37,23 @@ class Workload:
     max_turns: int = 64
     turns_scale: float = 2.0
     pareto_alpha: float = 1.0
-    ms_per_token: float = 2.0
     tokens_per_turn: int = 24
-    max_num_seqs: int = 64
     seed: int = 0
 
     @classmethod
-    def from_env(cls) -> Workload | None:
+    def from_env(cls) -> Workload:
         raw = os.environ.get(WORKLOAD_ENV)
-        return cls(**json.loads(raw)) if raw else None
+        if not raw:
+            raise RuntimeError(f"the scripted agent needs ${WORKLOAD_ENV} (JSON of Workload's fields)")
+        return cls(**json.loads(raw))
 
 
-class ScriptedDecoder:
-    def __init__(self, workload: Workload, tokenizer, running):
-        self.w, self.tokenizer, self.running = workload, tokenizer, running
+class ScriptedEngine:
+    """Stands between the agent and the real engine: the engine decodes, the script decides what was said."""
+
+    def __init__(self, engine, workload: Workload, tokenizer):
+        self.engine, self.w, self.tokenizer = engine, workload, tokenizer
         self.started: dict[str, int] = {}  # trajectories begun per question: the k-th sample of a group
-        self.slots = asyncio.Semaphore(workload.max_num_seqs)
         self.busy = BusyClock()
 
     def plan(self, question: str) -> int:
@@ -68,19 +72,13 @@ class ScriptedDecoder:
         action = f"<search>{question[:80]}</search>" if turns_left > 1 else "<answer>unknown</answer>"
         ids = self.tokenizer(head + action, add_special_tokens=False)["input_ids"]
         ids = ids[: max(1, params.max_tokens or len(ids))]
-        async with self.slots:
-            with self.busy:
-                await self._decode(max(len(ids), self.w.tokens_per_turn))
+        n = self.w.tokens_per_turn
+        decode = with_overrides(params, max_tokens=n, min_tokens=n, stop=None, logprobs=None)
+        with self.busy:
+            await self.engine.generate(prompt_token_ids, decode)
         logprobs = [{t: Logprob(0.0, rank=1)} for t in ids] if params.logprobs is not None else None
         out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", "</search>", logprobs, 0.0)
         return RequestOutput("", list(prompt_token_ids), [out])
-
-    async def _decode(self, tokens: int) -> None:
-        chunk = 8
-        for _ in range(0, tokens, chunk):
-            while not self.running.is_set():  # paused for a weight update: requests freeze
-                await asyncio.sleep(0.005)
-            await asyncio.sleep(self.w.ms_per_token * min(chunk, tokens) / 1000)
 
 
 class BusyClock:
@@ -100,3 +98,22 @@ class BusyClock:
         if self.active == 0 and self.folder:
             with open(os.path.join(self.folder, f"engine-{os.getpid()}.jsonl"), "a") as fh:
                 fh.write(json.dumps([self.since, time.time()]) + "\n")
+
+
+class AgentExecutor(_AgentExecutor):
+    """The plugin's agent, with every model call going through the scripted engine of its rollout actor."""
+
+    def __init__(self):
+        super().__init__()
+        self.workload = Workload.from_env()
+        self._engines: dict[int, ScriptedEngine] = {}
+
+    async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):
+        engine = self._engines.get(id(llm_engine))
+        if engine is None:
+            engine = self._engines[id(llm_engine)] = ScriptedEngine(llm_engine, self.workload, hf_tokenizer)
+        return await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, engine, images)
+
+
+if __name__ == "__main__":
+    print(Path(__file__).resolve())

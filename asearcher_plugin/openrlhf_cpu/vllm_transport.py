@@ -1,0 +1,65 @@
+"""OpenRLHF's trainer -> vLLM weight broadcast, over gloo on CPU instead of NCCL.
+
+OpenRLHF's own code runs on both ends: the trainer's `_init_vllm_sync_group` / `broadcast_to_vllm` and the
+engine's `WorkerWrap.init_process_group` / `update_weight` (its vLLM `worker_extension_cls`), which still hands
+every tensor to vLLM's `model.load_weights`. Only the transport under them is replaced:
+
+- `openrlhf.utils.distributed_util.stateless_init_process_group` (a PyNccl communicator) -> a stateless gloo group
+  with the same `broadcast(tensor, src, stream)` call; rank 0 is the trainer, engine i is rank i + 1;
+- `WorkerWrap.update_weight`: its receive buffer is `torch.empty(..., device="cuda")`; here it is a CPU tensor.
+  The tensor arrives in the trainer's dtype and vLLM's weight loaders copy it into the engine's parameters.
+
+The engine side runs in vLLM's spawned engine-core worker, which a patch in the Ray actor cannot reach. vLLM loads
+the `vllm.general_plugins` entry points in every worker before it mixes in the worker extension class, so
+`register` (this package's entry point) applies the patch there, and only when the CPU harness asked for it
+(`ASEARCHER_CPU_HARNESS=1`, which the harness puts in Ray's runtime env).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+HARNESS_ENV = "ASEARCHER_CPU_HARNESS"
+# For the learning test's control run: engines receive every broadcast but keep their initial weights.
+SKIP_LOAD_ENV = "ASEARCHER_CPU_SKIP_WEIGHT_LOAD"
+TIMEOUT = timedelta(seconds=300)
+
+
+class GlooBroadcastGroup:
+    """A stateless gloo group (its own TCP store), so it never touches a process's default group."""
+
+    def __init__(self, master_address: str, master_port: int, rank: int, world_size: int):
+        import torch.distributed as dist
+
+        store = dist.TCPStore(master_address, int(master_port), world_size, is_master=rank == 0, timeout=TIMEOUT)
+        self.group = dist.ProcessGroupGloo(store, rank, world_size, TIMEOUT)
+
+    def broadcast(self, tensor, src: int, stream=None) -> None:
+        self.group.broadcast(tensor, src).wait()
+
+
+def stateless_init_process_group(master_address, master_port, rank, world_size, device=None) -> GlooBroadcastGroup:
+    return GlooBroadcastGroup(master_address, master_port, rank, world_size)
+
+
+def update_weight(self, name, dtype, shape, empty_cache=False):
+    """`WorkerWrap.update_weight` with a CPU receive buffer."""
+    import torch
+
+    weight = torch.empty(shape, dtype=dtype)
+    self._model_update_group.broadcast(weight, src=0)
+    if os.environ.get(SKIP_LOAD_ENV) != "1":
+        self.model_runner.model.load_weights(weights=[(name, weight)])
+    del weight
+
+
+def register() -> None:
+    """The `vllm.general_plugins` entry point: patches the engine side when the CPU harness runs."""
+    if os.environ.get(HARNESS_ENV) != "1":
+        return
+    from openrlhf.trainer.ray import vllm_worker_wrap
+    from openrlhf.utils import distributed_util
+
+    distributed_util.stateless_init_process_group = stateless_init_process_group
+    vllm_worker_wrap.WorkerWrap.update_weight = update_weight
