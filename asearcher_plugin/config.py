@@ -135,6 +135,21 @@ class RewardConfig(_Strict):
     )
     invalid_answer_words: list[str] = Field(default_factory=lambda: list(ASEARCHER_INVALID_WORDS))
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    function: str | None = Field(
+        None,
+        description="'module:callable' of your own, called as fn(question, answer, label, counters) once per "
+        "trajectory; its return value is the reward (metric, format_factor and the options above then only "
+        "fill the logged scores)",
+    )
+
+    @field_validator("function")
+    @classmethod
+    def _function_resolves(cls, spec: str | None) -> str | None:
+        if spec is not None:
+            from .reward_function import resolve
+
+            resolve(spec)  # RewardFunctionError is a ValueError: reported with the field
+        return spec
 
 
 class AgentConfig(_Strict):

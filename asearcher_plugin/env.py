@@ -20,6 +20,7 @@ try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not ins
 except ImportError:  # pragma: no cover - exercised on installs without the [train] extra
     from asearcher_plugin.agent.bases import AgentExecutorBase, AgentInstanceBase
 
+from asearcher_plugin import reward_function
 from asearcher_plugin.agent import observations as asearcher_format
 from asearcher_plugin.agent.actions import STOP_STRINGS, parse_action, scrub
 from asearcher_plugin.agent.prompts import (
@@ -67,6 +68,7 @@ class AgentInstance(AgentInstanceBase):
         self.toolbox = toolbox
         self.allowed = ALLOWED_ACTIONS[self.config.agent_type]
         self.turns = self.searches = self.accesses = self.invalid = self.tool_errors = 0
+        self.generated_tokens = 0  # the model's tokens over all calls, counted by the executor
         self.tool_seconds = 0.0
         self.answer: str | None = None
         self.ended_without_action = False
@@ -227,6 +229,10 @@ class AgentInstance(AgentInstanceBase):
             self.scores["judge"] = score
             if self.answer is not None:
                 self.scores["judge"] = score = await self._judge(golds, score)
+        if self.config.reward.function:  # the user's reward; the scores above are still logged
+            return reward_function.call(
+                self.config.reward.function, self.question, self.answer, label, self.counters()
+            )
         if self.config.reward.format_factor:
             score *= format_factor(self.invalid, self.answer is not None)
         return invalid_answer_penalty(score, self.answer, self.config.reward)
@@ -258,6 +264,7 @@ class AgentInstance(AgentInstanceBase):
             "invalid_actions": float(self.invalid),
             "tool_errors": float(self.tool_errors),
             "tool_seconds": round(self.tool_seconds, 4),
+            "generated_tokens": float(self.generated_tokens),
             "answered": float(self.answer is not None),
             "answer_chars": float(len(self.answer or "")),
             "ended_without_action": float(self.ended_without_action),
@@ -331,6 +338,7 @@ class AgentExecutor(AgentExecutorBase):
             out = (await llm_engine.generate(transcript.tokens, params)).outputs[0]
             last_token_at = time.time()
             transcript.add_turn(out)
+            agent.generated_tokens += len(out.token_ids)
             if out.finish_reason == "length" and len(transcript.tokens) >= max_length:
                 truncated = True
                 break
@@ -398,6 +406,7 @@ class AgentExecutor(AgentExecutorBase):
             out = (await llm_engine.generate(ids, params)).outputs[0]
             calls += 1
             tokens_used += len(ids) + len(out.token_ids)
+            agent.generated_tokens += len(out.token_ids)
             result = await agent.step({"action_text": out.text, "label": label})
             done = result["done"]
             history += fresh_short + out.text

@@ -134,7 +134,9 @@ class Recipe(BaseModel):
     def argv(self) -> list[str]:
         """The OpenRLHF command line, with the plugin's agent file unless the recipe names one of its own."""
         own = "train.agent_func_path" in self.openrlhf
-        return openrlhf_argv(self.openrlhf) + ([] if own else ["--train.agent_func_path", agent_path("asearcher_plugin.env")])
+        return openrlhf_argv(self.openrlhf) + (
+            [] if own else ["--train.agent_func_path", agent_path("asearcher_plugin.env")]
+        )
 
     def check(self) -> CheckedRecipe:
         """The flags through OpenRLHF 0.11.2's own parser and asserts, then the scheduler settings against them."""

@@ -147,13 +147,6 @@ class ScriptedEngine:
         )
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model))
-
-
 # --- 1. every sample carries the same extra_logs keys --------------------------------------------------
 
 

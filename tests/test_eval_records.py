@@ -3,8 +3,6 @@
 import asyncio
 import json
 
-import pytest
-
 from asearcher_plugin.config import AgentConfig, JudgeConfig
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
@@ -14,13 +12,6 @@ from tests.http_helpers import free_port
 from tests.test_env_faults import ScriptedEngine
 
 ANSWER = [("<think>Orwell wrote it.</think> <answer>George Orwell</answer>", "stop")]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model))
 
 
 def judged_config() -> AgentConfig:

@@ -70,13 +70,6 @@ class TurnEngine:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tiny_model))
-
-
-@pytest.fixture(scope="module")
 def long_page(hybrid_kb, kb_server):
     """A KB page of more than one chunk, its URL, and its text as ASearcher's client reads it from /access."""
     page = hybrid_kb.pages.sample(1, seed=0, min_chars=30_000)[0]

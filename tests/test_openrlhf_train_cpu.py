@@ -79,7 +79,15 @@ def prompts(tmp_path_factory):
 def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
     """2 episodes x 3 steps, async + partial rollout, checkpoint after every step."""
     tmp = tmp_path_factory.mktemp("async")
-    train(tmp, tiny_model, kb_server, prompts, "openrlhf.train.num_episodes=2", "openrlhf.ckpt.save_steps=1")
+    train(
+        tmp,
+        tiny_model,
+        kb_server,
+        prompts,
+        "openrlhf.train.num_episodes=2",
+        "openrlhf.ckpt.save_steps=1",
+        "openrlhf.ckpt.max_num=10",  # DeepSpeed keeps all six: the resume test starts from step 2
+    )
     return tmp
 
 
@@ -144,7 +152,7 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
     """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
     shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")
-    (tmp_path / "ckpt" / "_actor" / "latest").write_text(json.dumps({"tag": "global_step2"}))
+    (tmp_path / "ckpt" / "_actor" / "latest").write_text("global_step2")  # DeepSpeed's pointer to the tag to load
     before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
     first = batches(read_jsonl(async_run / "trace.jsonl"))
     trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}

@@ -6,11 +6,11 @@ redirected in the modules that call it, not in torch itself:
 
 | replaced | by | why |
 |---|---|---|
-| `torch.cuda.*` as the modules below see it (`set_device`, `current_device`, `current_stream`, `synchronize`, `empty_cache`) | a CPU view: device `"cpu"`, no streams, nothing to synchronise or free | CPU torch raises on each |
-| `torch.device("cuda:N")` in those modules (the replay buffer's target device) | `torch.device("cpu")` | same |
+| `torch.cuda.{set_device, current_device, current_stream, synchronize, empty_cache}` | `"cpu"`, no-op | no CUDA |
+| `torch.device("cuda:N")` (the replay buffer's target device) | `torch.device("cpu")` | same |
 | `init_device_mesh("cuda", ...)` in `DeepspeedStrategy.setup_distributed` | the same mesh on `"cpu"` (gloo) | same |
-| `torch_dist_barrier_and_cuda_sync` (imports torch itself) in `ppo_actor` and `DeepspeedStrategy` | the barrier alone | same |
-| `stateless_init_process_group` (PyNccl) in `_init_vllm_sync_group` | the gloo group of `vllm_transport` | NCCL needs CUDA |
+| `torch_dist_barrier_and_cuda_sync` in `ppo_actor` and `DeepspeedStrategy` | the barrier alone | same |
+| `stateless_init_process_group` (PyNccl) in `_init_vllm_sync_group` | `vllm_transport` gloo group | NCCL needs CUDA |
 
 The modules: `openrlhf.trainer.ray.launcher`, `.ppo_actor`, `openrlhf.trainer.ppo_utils.replay_buffer`,
 `openrlhf.utils.deepspeed.deepspeed` and `.deepspeed_utils`. Everything else they do, and every other module, sees
