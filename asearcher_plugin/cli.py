@@ -99,8 +99,8 @@ def train(
     ),
     cpu: bool = typer.Option(
         False,
-        help="OpenRLHF's real orchestration without a GPU: vLLM and DeepSpeed replaced by "
-        "CPU stand-ins (asearcher_plugin.openrlhf_cpu); for trying the recipe path",
+        help="OpenRLHF's real training without a GPU: vLLM's CPU build and DeepSpeed's CPU accelerator, CUDA "
+        "calls redirected (asearcher_plugin.openrlhf_cpu; needs the cpu-harness extra)",
     ),
 ):
     """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""

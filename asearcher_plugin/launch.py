@@ -56,20 +56,23 @@ def ray_job_command(argv: list[str], config: RunConfig) -> str:
 def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     """Checks the flags with OpenRLHF's own parser, starts Ray, installs the scheduler, runs `train()`.
 
-    `cpu`: OpenRLHF's real orchestration with the CUDA-only parts replaced (`asearcher_plugin.openrlhf_cpu`).
+    `cpu`: OpenRLHF's real training on CPU, with its CUDA calls redirected (`asearcher_plugin.openrlhf_cpu`).
     """
     resources = {}
     if cpu:
         from . import openrlhf_cpu
 
-        resources = openrlhf_cpu.activate()  # before anything imports vLLM or starts Ray workers
+        try:
+            resources = openrlhf_cpu.activate()  # before anything imports vLLM or starts Ray workers
+        except openrlhf_cpu.HarnessMissing as exc:
+            raise LaunchError(str(exc)) from None
     try:
         args, settings = check_run(argv, config.scheduler)
         if cpu:
             openrlhf_cpu.check_args(args)
     except RecipeFlagError:
         raise
-    except ValueError as exc:  # scheduler settings that cannot stream, or flags the CPU stand-ins cannot run
+    except ValueError as exc:  # scheduler settings that cannot stream, or flags the CPU harness cannot run
         raise LaunchError(str(exc)) from None
     if settings is None and config.scheduler.enable:
         print(

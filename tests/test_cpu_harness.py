@@ -1,0 +1,57 @@
+"""The CPU harness's small parts: the missing-extra message, the inert vLLM plugin, the CPU view of torch."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def test_cpu_without_vllm_fails_with_one_line_naming_the_extra(tmp_path):
+    blocked = tmp_path / "blocked" / "vllm"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('vllm is not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--cpu needs vllm" in lines[0] and "cpu-harness" in lines[0], proc.stderr
+
+
+def test_vllm_plugin_is_inert_unless_the_harness_runs(monkeypatch):
+    pytest.importorskip("openrlhf")
+    from openrlhf.trainer.ray import vllm_worker_wrap
+    from openrlhf.utils import distributed_util
+
+    from asearcher_plugin.openrlhf_cpu import vllm_transport
+
+    before = (vllm_worker_wrap.WorkerWrap.update_weight, distributed_util.stateless_init_process_group)
+    monkeypatch.delenv(vllm_transport.HARNESS_ENV, raising=False)
+    vllm_transport.register()
+    assert (vllm_worker_wrap.WorkerWrap.update_weight, distributed_util.stateless_init_process_group) == before
+    monkeypatch.setattr(vllm_worker_wrap.WorkerWrap, "update_weight", before[0])
+    monkeypatch.setattr(distributed_util, "stateless_init_process_group", before[1])
+    monkeypatch.setenv(vllm_transport.HARNESS_ENV, "1")
+    vllm_transport.register()
+    assert vllm_worker_wrap.WorkerWrap.update_weight is vllm_transport.update_weight
+    assert distributed_util.stateless_init_process_group is vllm_transport.stateless_init_process_group
+
+
+def test_the_cpu_view_of_torch_changes_only_cuda():
+    import torch
+
+    from asearcher_plugin.openrlhf_cpu.device_shims import CpuTorch
+
+    view = CpuTorch()
+    assert view.device(f"cuda:{view.cuda.current_device()}") == torch.device("cpu")
+    assert view.device("cpu") == torch.device("cpu") and view.device("meta").type == "meta"
+    assert view.cuda.current_stream() is None and view.cuda.synchronize() is None
+    assert view.Tensor is torch.Tensor and view.distributed is torch.distributed
+    assert torch.cuda.is_available() is False and view.cuda is not torch.cuda  # torch itself is untouched
