@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from asearcher_plugin.openrlhf_cpu.actors import step_rewards  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 
 REWARD = "asearcher_plugin.openrlhf_cpu.learnable:brevity"
@@ -45,13 +46,6 @@ def train_overrides(model: Path, prompts: Path, kb_url: str, out: Path, seed: in
         f"openrlhf.ckpt.path={out / 'ckpt'}",
         f"openrlhf.ckpt.output_dir={out / 'final'}",
     ]
-
-
-def step_rewards(ckpt: Path) -> list[float]:
-    """Mean reward of the trajectories each update trained on, in update order."""
-    lines = (ckpt / "cpu_harness_fits.jsonl").read_text().splitlines()
-    fits = [json.loads(line) for line in lines if line.strip()]
-    return [statistics.mean(r for exp in fit["experiences"] for r in exp["info"]["reward"]) for fit in fits]
 
 
 def run(out: Path, overrides: list[str], load_weights: bool) -> tuple[list[float], float]:

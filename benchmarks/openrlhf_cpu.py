@@ -2,11 +2,11 @@
 
 One command: `python benchmarks/openrlhf_cpu.py`. Each mode is a full `asearcher train
 cpu_tiny --cpu` run (OpenRLHF 0.11.2's `train()`, its async trainer and actors, our
-agent on the sample KB; see asearcher_plugin/openrlhf_cpu for what is replaced). The workload is
-a scheduling workload, not a model: the engines emit scripted turns, 1 to 64 per trajectory from a
-Pareto distribution, each but the last a real KB search (asearcher_plugin/openrlhf_cpu/scripted.py),
-decoding at a fixed cost per token with continuous batching; a training step is the CPU policy
-actor's real update of the tiny model (plus `--fit-s` seconds if given).
+agent on the sample KB, real vLLM engines and OpenRLHF's DeepSpeed policy actor on CPU; see
+asearcher_plugin/openrlhf_cpu). The workload is a scheduling workload: the agent's turns are scripted, 1 to 64
+per trajectory from a Pareto distribution, each but the last a real KB search, and each turn is a real vLLM
+decode of `--tokens-per-turn` tokens (asearcher_plugin/openrlhf_cpu/scripted.py); a training step is OpenRLHF's
+real update of the tiny model (plus `--fit-s` seconds if given).
 
 Throughput: trajectories trained between the first and last update / that time. Engine idle:
 share of the same window with no request decoding. Staleness (ours only; the stock generator
@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from asearcher_plugin.openrlhf_cpu import scripted  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 
 MODES = {
@@ -45,9 +46,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "max_turns": args.max_turns,
         "turns_scale": args.scale,
         "pareto_alpha": args.alpha,
-        "ms_per_token": args.ms_per_token,
         "tokens_per_turn": args.tokens_per_turn,
-        "max_num_seqs": args.max_num_seqs,
         "seed": args.seed,
     }
     env = {
@@ -57,6 +56,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "ASEARCHER_CPU_FIT_SECONDS": str(args.fit_s),
     }
     sets = [
+        f"openrlhf.train.agent_func_path={scripted.__file__}",
         f"openrlhf.actor.model_name_or_path={model}",
         f"openrlhf.data.prompt_dataset={prompts}",
         f"agent.tools.local.urls=[{kb_url}]",
@@ -137,9 +137,7 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=64)
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
-    ap.add_argument("--ms-per-token", type=float, default=20.0, help="decode time per token and sequence")
     ap.add_argument("--tokens-per-turn", type=int, default=24)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-len", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="runs/bench-openrlhf-cpu")
@@ -196,10 +194,9 @@ def main() -> None:
         f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} engines, B={args.batch} "
         f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size={args.queue}, eta={args.eta}; "
         f"scripted scheduling workload: 1-{args.max_turns} turns per trajectory (Pareto scale {args.scale}, alpha "
-        f"{args.alpha}), real KB "
-        f"searches, {args.ms_per_token:.0f} ms/token; "
-        "a training step is the CPU policy actor's real update of the tiny "
-        f"model (about 3 s with experience making){f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
+        f"{args.alpha}), real KB searches, a real vLLM decode of {args.tokens_per_turn} tokens per turn; "
+        "a training step is OpenRLHF's real update of the tiny "
+        f"model{f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
         "idle are measured between the first and last update"
     )
     print(
