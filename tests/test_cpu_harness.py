@@ -55,3 +55,29 @@ def test_the_cpu_view_of_torch_changes_only_cuda():
     assert view.cuda.current_stream() is None and view.cuda.synchronize() is None
     assert view.Tensor is torch.Tensor and view.distributed is torch.distributed
     assert torch.cuda.is_available() is False and view.cuda is not torch.cuda  # torch itself is untouched
+
+
+def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(tokenizer):
+    import asyncio
+
+    from asearcher_plugin.engines.types import SamplingParams
+    from asearcher_plugin.openrlhf_cpu.scripted import ScriptedEngine, Workload
+
+    class Engine:  # records what the engine was asked to decode
+        def __init__(self):
+            self.calls = []
+
+        async def generate(self, prompt_token_ids, params):
+            self.calls.append((len(prompt_token_ids), params.max_tokens, params.min_tokens, params.stop))
+
+    engine = Engine()
+    scripted = ScriptedEngine(engine, Workload(max_turns=3, turns_scale=100.0, tokens_per_turn=7), tokenizer)
+    prompt = tokenizer("User: Who wrote Hamlet?\n\nAssistant: ")["input_ids"]
+    params = SamplingParams(max_tokens=64, logprobs=0, stop=["</search>"])
+    first = asyncio.run(scripted.generate(prompt, params)).outputs[0]
+    assert first.text == "<think>plan 3</think><search>Who wrote Hamlet?</search>"
+    later = tokenizer(tokenizer.decode(prompt) + first.text + " results </search>")["input_ids"]
+    last = asyncio.run(scripted.generate(later, params)).outputs[0]
+    assert last.text == "<answer>unknown</answer>"  # plan 3, two searches made: the third turn answers
+    assert engine.calls == [(len(prompt), 7, 7, None), (len(later), 7, 7, None)]
+    assert first.logprobs is not None and len(first.logprobs) == len(first.token_ids)
