@@ -38,6 +38,8 @@ def train_overrides(model: Path, prompts: Path, kb_url: str, out: Path, seed: in
         "openrlhf.rollout.batch_size=4",
         "openrlhf.rollout.n_samples_per_prompt=4",
         "openrlhf.train.batch_size=16",
+        "openrlhf.train.micro_batch_size=8",
+        "openrlhf.rollout.micro_batch_size=8",
         f"openrlhf.train.num_episodes={episodes}",
         f"openrlhf.train.seed={seed}",
         f"openrlhf.actor.adam.lr={lr}",
