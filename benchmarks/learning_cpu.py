@@ -51,6 +51,9 @@ def train_overrides(model: Path, prompts: Path, kb_url: str, out: Path, seed: in
 
 
 def run(out: Path, overrides: list[str], load_weights: bool) -> tuple[list[float], float]:
+    done = out / "done.json"  # a finished run is kept: re-running the benchmark resumes at the next one
+    if done.is_file():
+        return json.loads(done.read_text())["rewards"], json.loads(done.read_text())["wall_s"]
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, SKIP_LOAD_ENV: "0" if load_weights else "1"}
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
@@ -61,7 +64,9 @@ def run(out: Path, overrides: list[str], load_weights: bool) -> tuple[list[float
     (out / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"training failed, see {out / 'train.log'}")
-    return step_rewards(out / "ckpt"), time.time() - started
+    rewards, wall = step_rewards(out / "ckpt"), time.time() - started
+    done.write_text(json.dumps({"rewards": rewards, "wall_s": wall}))
+    return rewards, wall
 
 
 def windows(rewards: list[float], k: int) -> tuple[float, float]:

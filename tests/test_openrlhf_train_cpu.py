@@ -63,16 +63,20 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def prompts(tmp_path_factory):
+def sample_prompts(path: Path, count: int) -> Path:
+    """The first `count` sample questions as OpenRLHF's prompt dataset."""
     from local_retriever.sample import load_sample_questions
 
-    path = tmp_path_factory.mktemp("data") / "prompts.jsonl"
-    rows = load_sample_questions()[:N_PROMPTS]
+    rows = load_sample_questions()[:count]
     path.write_text(
         "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    return sample_prompts(tmp_path_factory.mktemp("data") / "prompts.jsonl", N_PROMPTS)
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +212,7 @@ LEARN = [
     "openrlhf.train.micro_batch_size=8",
     "openrlhf.rollout.micro_batch_size=8",
     f"openrlhf.train.num_episodes={LEARN_EPISODES}",
+    "openrlhf.train.seed=1",  # seed 1 of benchmarks/learning_cpu.py
     "openrlhf.actor.adam.lr=1e-2",
     "openrlhf.actor.lr_warmup_ratio=0",
     "openrlhf.actor.lr_scheduler=constant",
@@ -220,12 +225,7 @@ RISE, CONTROL_RISE = (
 
 @pytest.fixture(scope="module")
 def learning_prompts(tmp_path_factory):
-    from local_retriever.sample import load_sample_questions
-
-    path = tmp_path_factory.mktemp("learn") / "prompts.jsonl"
-    rows = load_sample_questions()[:LEARN_PROMPTS]
-    path.write_text("".join(json.dumps({"question": q["question"], "golden_answers": ["x"]}) + "\n" for q in rows))
-    return path
+    return sample_prompts(tmp_path_factory.mktemp("learn") / "prompts.jsonl", LEARN_PROMPTS)
 
 
 def rise(rewards: list[float]) -> float:
