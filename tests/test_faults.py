@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -144,11 +145,13 @@ def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_k
     warm, after = max(rss[:warmup_rounds]), rss[warmup_rounds:]
     mb = [round(r / 2**20) for r in rss]
     # The allocator keeps arenas for the largest batches seen, so RSS steps up for a while before it levels off
-    # (~800 MB in a 4-minute, 10,000-request run). A leak keeps climbing: a ceiling over the warm-up, and a last
-    # third that must add little to the middle third.
+    # (~800 MB in a 4-minute, 10,000-request run), and one large batch can add a transient ~60 MB in any round. A
+    # leak keeps climbing: a ceiling over the warm-up, and a last third whose typical (median) level must add little
+    # to the middle third's (a leak of 4 MB a round adds 32 MB between them; a single spike moves no median).
     assert max(after) - warm < 160 * 2**20, f"RSS rose {(max(after) - warm) / 2**20:.0f} MB after warm-up: {mb}"
     third = len(after) // 3
-    assert max(after[-third:]) - max(after[third:-third]) < 48 * 2**20, f"RSS still climbing at the end: {mb}"
+    climb = statistics.median(after[-third:]) - statistics.median(after[third:-third])
+    assert climb < 24 * 2**20, f"RSS still climbing at the end: {mb}"
 
 
 # --- replica kill: one of two servers dies mid-load; the client loses nothing -----------------------------------

@@ -189,8 +189,10 @@ def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, pro
         prompts,
         "openrlhf.train.async_enable=false",
         "openrlhf.train.partial_rollout_enable=false",
+        "openrlhf.algo.kl.init_coef=0.01",  # OpenRLHF creates the reference actor only for a KL term
     )
     assert "without the streaming scheduler" in proc.stderr
+    assert "(ReferenceModelActor pid=" in proc.stdout + proc.stderr  # OpenRLHF's own, on DeepSpeed's CPU accelerator
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
     assert len(fits) == N_PROMPTS // BATCH
     trained = sorted(p for fit in fits for exp in fit["experiences"] for p in exp["prompts"])
@@ -201,8 +203,11 @@ def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, pro
     assert not (tmp_path / "trace.jsonl").exists()  # OpenRLHF's own generator ran
 
 
-# The learning test: the brevity reward, which a random model almost never earns, must rise over training
-# when the engines load the broadcast weights, and must not when they receive but do not load them.
+# The learning test: the brevity reward, which a random model almost never earns, must rise over training when
+# the engines load the broadcast weights. Its planted bug is a broken weight sync (the engines receive the weights
+# and do not load them, ASEARCHER_CPU_SKIP_WEIGHT_LOAD=1): benchmarks/learning_cpu.py runs it beside every synced run
+# of the same seeds and it stays flat (+0.001 and +0.009); it is not run again here, where it would double a
+# 7-minute test.
 LEARN_PROMPTS, LEARN_EPISODES, K = 12, 8, 4
 LEARN = [
     "agent.reward.function=asearcher_plugin.openrlhf_cpu.learnable:brevity",
@@ -219,7 +224,7 @@ LEARN = [
 ]
 # benchmarks/learning_cpu.py, seeds 1 and 2: rises of +0.40 and +0.74 (last 4 steps over first 4), controls +0.001
 # and +0.009 (their single steps wander up to +0.06)
-RISE, CONTROL_RISE = 0.15, 0.05
+RISE = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -231,14 +236,11 @@ def rise(rewards: list[float]) -> float:
     return statistics.mean(rewards[-K:]) - statistics.mean(rewards[:K])
 
 
+@pytest.mark.timeout(1500)
 def test_the_policy_learns_what_the_engines_generate(tmp_path, tiny_model, kb_server, learning_prompts):
     from asearcher_plugin.openrlhf_cpu.actors import step_rewards
-    from asearcher_plugin.openrlhf_cpu.vllm_transport import SKIP_LOAD_ENV
 
-    train(tmp_path / "synced", tiny_model, kb_server, learning_prompts, *LEARN)
-    train(tmp_path / "control", tiny_model, kb_server, learning_prompts, *LEARN, env={SKIP_LOAD_ENV: "1"})
-    synced, control = step_rewards(tmp_path / "synced" / "ckpt"), step_rewards(tmp_path / "control" / "ckpt")
-    steps = LEARN_PROMPTS * LEARN_EPISODES // 4
-    assert len(synced) == len(control) == steps
-    assert rise(synced) > RISE, synced
-    assert rise(control) < CONTROL_RISE, control
+    train(tmp_path, tiny_model, kb_server, learning_prompts, *LEARN)
+    rewards = step_rewards(tmp_path / "ckpt")
+    assert len(rewards) == LEARN_PROMPTS * LEARN_EPISODES // 4
+    assert rise(rewards) > RISE, rewards
