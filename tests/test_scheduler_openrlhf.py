@@ -1,14 +1,15 @@
 """The streaming generator on OpenRLHF's real SamplesGenerator, with real Ray actors as engines.
 
-OpenRLHF's samples generator and async trainer modules are imported for real, with vLLM and
-flash-attn satisfied by the CPU stand-ins of `asearcher_plugin.openrlhf_cpu` (they need CUDA).
-The engines are Ray actors answering `generate_responses` / `get_num_unfinished_requests` as
-OpenRLHF's rollout actors do, each with the tiny model and the real agent on the sample KB.
+OpenRLHF's samples generator and async trainer modules are imported for real (vLLM's CPU build; flash-attn is the
+import-only stand-in of `asearcher_plugin.openrlhf_cpu`). The engines are Ray actors answering
+`generate_responses` as OpenRLHF's rollout actors do, each with the tiny model and the real agent on the sample KB,
+or counting engines that record what was sent to them.
 The whole chain through OpenRLHF's `train()` is tested in tests/test_openrlhf_train_cpu.py.
 """
 
 import asyncio
 import json
+import re
 import time
 from types import SimpleNamespace
 
@@ -209,21 +210,37 @@ def test_a_cancelled_group_cancels_the_engine_call(streaming, local_ray):
     assert ray.get(engine.count.remote()) == 1
 
 
-def test_install_replaces_the_generator_actor_and_checks_the_contract(streaming):
+def test_install_replaces_the_generator_actor_and_holds_for_one_ray_job(streaming):
     import openrlhf.trainer.ppo_trainer_async as async_trainer
 
     from asearcher_plugin.config import SchedulerConfig
 
     streaming.check_contract()  # the installed OpenRLHF has what install() relies on
     stock = async_trainer.GenerateSamplesActor
+    with pytest.raises(streaming.StreamingInstallError, match="ray.init"):
+        streaming.install(SchedulerConfig(max_staleness=3, max_concurrent=8))  # no job to bind to
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         streaming.install(SchedulerConfig(max_staleness=3, max_concurrent=8))
         cls = async_trainer.GenerateSamplesActor.__ray_actor_class__
         assert issubclass(cls, stock.__ray_actor_class__) and cls.scheduler_settings.max_staleness == 3
         # the trainer creates its generator from this module global (what Ray ships with PPOTrainerAsync)
         assert "GenerateSamplesActor" in async_trainer.PPOTrainerAsync.__ray_actor_class__.__init__.__code__.co_names
+        # Ray exports the trainer class once per job: a second install or an uninstall here would be ignored
+        with pytest.raises(streaming.StreamingInstallError, match="already installed"):
+            streaming.install(SchedulerConfig(max_staleness=1))
+        with pytest.raises(streaming.StreamingInstallError, match="ray.shutdown"):
+            streaming.uninstall()
+        assert async_trainer.GenerateSamplesActor.__ray_actor_class__.scheduler_settings.max_staleness == 3
     finally:
-        streaming.uninstall()
+        ray.shutdown()
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:  # a new job: a new install holds
+        streaming.install(SchedulerConfig(max_staleness=1))
+        assert async_trainer.GenerateSamplesActor.__ray_actor_class__.scheduler_settings.max_staleness == 1
+    finally:
+        ray.shutdown()
+    streaming.uninstall()
     assert async_trainer.GenerateSamplesActor is stock
 
 
@@ -239,14 +256,128 @@ def test_contract_check_fails_loudly_on_a_changed_openrlhf(streaming, monkeypatc
 
 
 def test_trainer_steps_count_updates_and_survive_a_resume(streaming):
-    fresh = streaming.TrainerSteps()
+    fresh = streaming.TrainerSteps(prefilled=2)
     for token in [0, 0, 0, 1, 2, 2, 3]:  # two pre-filled slots; 2 twice: an eval step returns its token
         fresh.observe(token)
     assert fresh.version == 3
-    resumed = streaming.TrainerSteps()
+    resumed = streaming.TrainerSteps(prefilled=2)
     for token in [0, 0, 57, 58, 59]:  # pre-filled zeros, then the checkpoint's step
         resumed.observe(token)
     assert resumed.version == 2 and resumed.seen
+    from_step_1 = streaming.TrainerSteps(prefilled=1)
+    versions = []
+    for token in [0, 1, 2, 3]:  # resumed from the checkpoint of step 1: the 1 is where the run starts
+        from_step_1.observe(token)
+        versions.append(from_step_1.version)
+    assert versions == [0, 0, 1, 2]
     ignored = streaming.TrainerSteps()
     ignored.observe("done")
     assert not ignored.seen
+
+
+# -- dispatch: balanced by the generator's own counts, no engine polled, every prompt of every batch ------------
+
+
+@ray.remote
+class CountingEngine:
+    """Takes OpenRLHF's `generate_responses` call, holds it a moment, returns no samples; counts what it saw."""
+
+    def __init__(self):
+        self.prompts, self.polled = [], 0
+
+    async def generate_responses(
+        self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples=1, images=None
+    ):
+        self.prompts.append(prompt)
+        await asyncio.sleep(0.3)
+        return []
+
+    def get_num_unfinished_requests(self):
+        self.polled += 1
+        return 0
+
+    def seen(self):
+        return self.prompts, self.polled
+
+
+def counting_generator(streaming, rows, engines, max_concurrent):
+    from asearcher_plugin.config import SchedulerConfig
+
+    return streaming.StreamingSamplesGenerator(
+        strategy=SimpleNamespace(args=make_args(batch_size=2)),
+        prompts_dataloader=PositionLoader(rows),
+        eval_dataloader=None,
+        tokenizer=None,
+        vllm_engines=engines,
+        settings=SchedulerConfig(max_concurrent=max_concurrent, max_staleness=3),
+    )
+
+
+def test_an_admission_burst_is_spread_over_the_engines_without_polling_them(streaming, local_ray):
+    engines = [CountingEngine.remote() for _ in range(2)]
+    rows = [(None, [f"Q{i}?"], ["x"], [None]) for i in range(8)]
+    generator = counting_generator(streaming, rows, engines, max_concurrent=8)
+    generator.generate_samples(**KWARGS)  # admits all 8 groups at once: (eta + 1) x B = 8
+    deadline = time.time() + 30
+    while True:  # calls may still be on their way to the engines
+        seen = ray.get([e.seen.remote() for e in engines])
+        if sum(len(prompts) for prompts, _ in seen) >= 8 or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert [len(prompts) for prompts, _ in seen] == [4, 4]  # a shared snapshot would send all 8 to engine 0
+    assert [polled for _, polled in seen] == [0, 0]  # no blocking call to an engine per admission
+    generator._run(generator._sched.aclose())
+
+
+def test_every_prompt_of_a_larger_dataloader_batch_is_consumed(streaming, local_ray):
+    engines = [CountingEngine.remote()]
+    rows = [(None, [f"Q{3 * b + i}?" for i in range(3)], ["x"] * 3, [None] * 3) for b in range(3)]  # 3 batches of 3
+    generator = counting_generator(streaming, rows, engines, max_concurrent=4)
+    consumed = 0
+    while True:
+        _, _, drawn, exhausted = generator.generate_samples(**KWARGS)
+        consumed += drawn
+        if exhausted:
+            break
+    ((prompts, _),) = ray.get([e.seen.remote() for e in engines])
+    assert sorted(prompts) == sorted(f"Q{i}?" for i in range(9)) and consumed == 9
+
+
+# -- the contract check names what an OpenRLHF upgrade broke ----------------------------------------------------
+
+
+class FitUnpacksThree:
+    def fit(self):
+        token = self.rollout_slots.get(block=True)
+        samples, consumed, exhausted = self.samples_generator.generate_samples()
+        return token, samples, consumed, exhausted
+
+
+class TrainerPutsNextStep:
+    def fit(self, global_step=0):
+        self.rollout_slots.put(global_step + 1, block=True)
+
+
+class EngineWithoutImages:
+    async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples=1):
+        return []
+
+
+@pytest.mark.parametrize(
+    "module, name, replacement, problem",
+    [
+        ("ppo_trainer_async", "GenerateSamplesActor", FitUnpacksThree, "unpacks generate_samples() into 3"),
+        ("ppo_trainer_async", "TrainingActor", TrainerPutsNextStep, "global_step as the slot token"),
+        ("vllm_engine", "RolloutRayActor", EngineWithoutImages, "generate_responses no longer takes"),
+    ],
+)
+def test_contract_check_names_what_changed(streaming, monkeypatch, module, name, replacement, problem):
+    import openrlhf.trainer.ppo_trainer_async as async_trainer
+
+    # the real classes, with one method swapped for the variant an upgrade might bring
+    real = getattr(async_trainer if module == "ppo_trainer_async" else streaming, name)
+    cls = getattr(real, "__ray_actor_class__", real)
+    method = "generate_responses" if name == "RolloutRayActor" else "fit"
+    monkeypatch.setattr(cls, method, getattr(replacement, method))
+    with pytest.raises(streaming.OpenRLHFContractError, match=re.escape(problem)):
+        streaming.check_contract()

@@ -1,6 +1,7 @@
 """The streaming scheduler inside OpenRLHF 0.11.2's async trainer. Every touch of OpenRLHF internals is here.
 
-`install(settings)` runs in the driver before OpenRLHF's `train()` creates its actors. It replaces
+`install(settings)` runs in the driver after `ray.init()` and before OpenRLHF's `train()` creates its actors, once
+per Ray job (Ray ships the trainer class once per job; a second install there is refused). It replaces
 `GenerateSamplesActor` in `openrlhf.trainer.ppo_trainer_async` with a subclass that swaps in
 `StreamingSamplesGenerator` and taps the slot queue. This works because Ray exports the trainer's
 actor class by value when `train()` first creates it, with the driver's module globals as they
@@ -9,8 +10,8 @@ whatever node it lands. `check_contract()` fails loudly when an OpenRLHF version
 what this relies on.
 
 `StreamingSamplesGenerator` keeps groups in flight across `generate_samples()` calls (one Ray
-call per group, as OpenRLHF dispatches them) and returns the first B complete groups, oldest
-admitted first. Versions:
+call per group, with the arguments OpenRLHF's own dispatch builds, to the engine with the fewest
+of its groups in flight) and returns the first B complete groups, oldest admitted first. Versions:
 - engine version v: updates the engines hold, read from the trainer's slot tokens
   (`TrainerSteps`); admission is bounded by (eta + v + 1) x B;
 - train version: the k-th batch handed out in a run is trained by the update that makes version
@@ -25,15 +26,19 @@ snapshot taken when the batch was handed out, with those prompts under `REPLAY_K
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import copy
 import inspect
 import json
+import textwrap
 import threading
 import time
 
 import ray
 from openrlhf.trainer import ppo_trainer_async as async_trainer
-from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _collect_prompt_batch
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.utils.logging_utils import init_logger
 
 from ..config import SchedulerConfig
@@ -48,27 +53,117 @@ class OpenRLHFContractError(RuntimeError):
     """The installed OpenRLHF lacks something the streaming scheduler relies on."""
 
 
+def _method_ast(cls, name: str) -> ast.FunctionDef | None:
+    fn = getattr(cls, name, None)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (TypeError, OSError, SyntaxError):
+        return None
+    return tree.body[0] if tree.body and isinstance(tree.body[0], ast.FunctionDef | ast.AsyncFunctionDef) else None
+
+
+def _self_attributes_set(fn: ast.AST | None) -> set[str]:
+    targets = [
+        t
+        for node in ast.walk(fn or ast.Module(body=[], type_ignores=[]))
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+    ]
+    return {
+        t.attr
+        for t in targets
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    }
+
+
+def _calls(fn: ast.AST | None, attr: str):
+    """Calls `<anything>.attr(...)` in `fn`."""
+    for node in ast.walk(fn or ast.Module(body=[], type_ignores=[])):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attr:
+            yield node
+
+
+def _unpacks_generate_samples_into(fn: ast.AST | None) -> int | None:
+    """How many names `fit` unpacks `self.samples_generator.generate_samples(...)` into."""
+    for node in ast.walk(fn or ast.Module(body=[], type_ignores=[])):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "generate_samples":
+                target = node.targets[0]
+                return len(target.elts) if isinstance(target, ast.Tuple) else 1
+    return None
+
+
+def _params(fn) -> list[str]:
+    """Parameter names, without the `_ray_trace_ctx` Ray adds to actor methods."""
+    try:
+        return [p for p in inspect.signature(fn).parameters if p != "_ray_trace_ctx"]
+    except (TypeError, ValueError):
+        return []
+
+
 def check_contract() -> None:
-    """What `install()` and `StreamingSamplesGenerator` rely on in OpenRLHF 0.11.2."""
+    """What `install()` and `StreamingSamplesGenerator` rely on in OpenRLHF 0.11.2, checked against the installed
+    sources: names, signatures, the attributes the subclass reads, the 4-tuple `generate_samples` returns, and the
+    slot token being the trainer's `global_step`."""
     problems = []
-    actor = getattr(async_trainer.GenerateSamplesActor, "__ray_actor_class__", None)
+    current = async_trainer.GenerateSamplesActor
+    if hasattr(getattr(current, "__ray_actor_class__", None), "scheduler_settings"):  # ours, installed
+        current = stock_generator_actor()
+    actor = getattr(current, "__ray_actor_class__", None)
     trainer = getattr(async_trainer.PPOTrainerAsync, "__ray_actor_class__", None)
-    if actor is None or trainer is None:
-        problems.append("GenerateSamplesActor / PPOTrainerAsync are no longer @ray.remote classes")
+    training = getattr(getattr(async_trainer, "TrainingActor", None), "__ray_actor_class__", None)
+    if actor is None or trainer is None or training is None:
+        problems.append("GenerateSamplesActor / PPOTrainerAsync / TrainingActor are no longer @ray.remote classes")
     else:
-        params = inspect.signature(actor.__init__).parameters
+        params = _params(actor.__init__)
         for name in ("pretrain", "strategy", "vllm_engines", "vllm_lock", "rollout_queue", "rollout_slots"):
             if name not in params:
                 problems.append(f"GenerateSamplesActor.__init__ has no {name!r} parameter")
+        init = _method_ast(actor, "__init__")
         if "SamplesGenerator" not in actor.__init__.__code__.co_names:
             problems.append("GenerateSamplesActor no longer builds a SamplesGenerator")
+        missing = {"samples_generator", "prompts_dataloader", "eval_dataloader", "rollout_slots"}
+        missing -= _self_attributes_set(init)
+        if missing:
+            problems.append(f"GenerateSamplesActor.__init__ no longer sets self.{', self.'.join(sorted(missing))}")
         if "GenerateSamplesActor" not in trainer.__init__.__code__.co_names:
             problems.append("PPOTrainerAsync no longer creates its generator from the module's GenerateSamplesActor")
-        if not {"get", "put"} <= set(actor.fit.__code__.co_names):
-            problems.append("GenerateSamplesActor.fit no longer takes slot tokens")
-    for name in ("_dispatch_prompts_to_vllm", "_process_response_into_experience", "generate_samples"):
-        if not callable(getattr(SamplesGenerator, name, None)):
-            problems.append(f"SamplesGenerator.{name} is gone")
+        fit = _method_ast(actor, "fit")
+        if not any(
+            isinstance(c.func.value, ast.Attribute) and c.func.value.attr == "rollout_slots"
+            for c in _calls(fit, "get")
+        ):
+            problems.append("GenerateSamplesActor.fit no longer takes a token from self.rollout_slots")
+        if (got := _unpacks_generate_samples_into(fit)) != 4:
+            problems.append(
+                f"GenerateSamplesActor.fit unpacks generate_samples() into {got} values, not "
+                "(samples, pass_rate, prompts_consumed, exhausted)"
+            )
+        puts = [c for c in _calls(_method_ast(training, "fit"), "put") if "rollout_slots" in ast.unparse(c.func)]
+        if not puts or not all(
+            c.args and isinstance(c.args[0], ast.Name) and c.args[0].id == "global_step" for c in puts
+        ):
+            problems.append("TrainingActor.fit no longer returns its global_step as the slot token")
+    generator_params = _params(SamplesGenerator.__init__)
+    for name in ("strategy", "prompts_dataloader", "eval_dataloader", "tokenizer", "vllm_engines"):
+        if name not in generator_params:
+            problems.append(f"SamplesGenerator.__init__ has no {name!r} parameter")
+    if not {"strategy", "tokenizer", "vllm_engines", "args"} <= _self_attributes_set(
+        _method_ast(SamplesGenerator, "__init__")
+    ):
+        problems.append("SamplesGenerator.__init__ no longer sets self.strategy/tokenizer/vllm_engines/args")
+    if _params(getattr(SamplesGenerator, "_dispatch_prompts_to_vllm", None))[:3] != ["self", "prompts", "labels"]:
+        problems.append("SamplesGenerator._dispatch_prompts_to_vllm(self, prompts, labels, ...) is gone")
+    if _params(getattr(SamplesGenerator, "_process_response_into_experience", None))[:2] != ["self", "response"]:
+        problems.append("SamplesGenerator._process_response_into_experience(self, response, ...) is gone")
+    if not callable(getattr(SamplesGenerator, "generate_samples", None)):
+        problems.append("SamplesGenerator.generate_samples is gone")
+    engine = getattr(RolloutRayActor, "__ray_actor_class__", RolloutRayActor)
+    wanted = ["self", "prompt", "label", "sampling_params", "max_length", "hf_tokenizer", "num_samples", "images"]
+    if _params(getattr(engine, "generate_responses", None)) != wanted:
+        problems.append(f"RolloutRayActor.generate_responses no longer takes ({', '.join(wanted[1:])})")
     if problems:
         raise OpenRLHFContractError(
             "the installed OpenRLHF does not match what the streaming scheduler was built "
@@ -79,25 +174,28 @@ def check_contract() -> None:
 class TrainerSteps:
     """The engine version seen by the generator, counted from the trainer's slot tokens.
 
-    A token g is put when the trainer takes a batch after its g-th update was broadcast, so when
-    the generator takes it the engines hold version >= g. Versions count +1 per token step rather
-    than using g itself: after a resume the pre-filled tokens are 0 while the trainer continues
-    from its checkpoint's step, and that first jump is not an update of this run's weights.
+    OpenRLHF pre-fills the slot queue with `prefilled` (= async_queue_size) zeros; after that, the trainer puts its
+    `global_step` back each time it takes a batch, after the weights of that step were broadcast. The first such
+    token is the step the run started from (0, or the checkpoint's step after a resume), so the engines hold
+    version `token - first` of this run's updates. (An eval returns the same step again.)
     """
 
-    def __init__(self):
+    def __init__(self, prefilled: int = 1):
         self.version = 0
         self.seen = False
-        self._last: int | None = None
+        self._prefilled = prefilled
+        self._first: int | None = None
 
     def observe(self, step) -> None:
         if isinstance(step, bool) or not isinstance(step, int):
             return
-        if self._last is not None and step == self._last + 1:
-            self.version += 1
-        if self._last is None or step > self._last:
-            self._last = step
         self.seen = True
+        if self._prefilled > 0:
+            self._prefilled -= 1
+            return
+        if self._first is None:
+            self._first = step
+        self.version = max(self.version, step - self._first)
 
 
 class SlotTap:
@@ -130,12 +228,13 @@ class StreamingSamplesGenerator(SamplesGenerator):
     def __init__(self, *args, settings: SchedulerConfig, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = settings
-        self.trainer_steps = TrainerSteps()
+        self.trainer_steps = TrainerSteps(prefilled=self.args.train.async_queue_size)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sched: StreamingScheduler | None = None
         self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
         self._calls = self._handed_out = self._episode = self._admitted_before = 0
         self._drawn_reported = 0
+        self.engine_groups = [0] * len(self.vllm_engines)  # groups in flight per engine, kept on the loop
         self.totals = {"consumed_prompts": 0, "filtered": 0, "failed": 0, "stale_restarted": 0, "stale_dropped": 0}
         self._carry_unconsumed_in_checkpoints()
 
@@ -184,19 +283,25 @@ class StreamingSamplesGenerator(SamplesGenerator):
             while self._replay:
                 self._replayed += 1
                 yield self._replay.pop(0)
-            it = iter(self.prompts_dataloader)
-            while True:
-                batch, labels, images, exhausted = _collect_prompt_batch(it, 1)
-                if batch:
-                    yield batch[0], labels[0], images[0]
-                if exhausted:
-                    return
+            for batch in self.prompts_dataloader:  # every prompt of every batch, whatever the batch size
+                _, texts, labels, images = batch
+                yield from zip(texts, labels, images, strict=True)
+
+        call = self._engine_call(generate_kwargs)
 
         async def run_group(item):
             prompt, label, image = item
-            (ref,) = self._dispatch_prompts_to_vllm([prompt], [label], images=[image], **generate_kwargs)
+            engine = self._pick_engine()
+            self.engine_groups[engine] += 1
+            try:
+                ref = self.vllm_engines[engine].generate_responses.remote(
+                    prompt=prompt, label=label, images=image, **call
+                )
+                responses = await await_group(ref)
+            finally:
+                self.engine_groups[engine] -= 1
             experiences = []
-            for r in await await_group(ref):  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
+            for r in responses:  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
                 versions = token_versions(self._sched.clock, r.get("token_times"))
                 e = self._process_response_into_experience(r, **generate_kwargs)
                 for key, v in versions.items():
@@ -219,6 +324,21 @@ class StreamingSamplesGenerator(SamplesGenerator):
 
         self._drawn_reported = self._replayed = 0
         return self._run(build())
+
+    # -- dispatch --------------------------------------------------------------------------
+    def _engine_call(self, generate_kwargs) -> dict:
+        """The arguments OpenRLHF's own `_dispatch_prompts_to_vllm` sends with each prompt (sampling params,
+        lengths, tokenizer, n), taken from it once per episode by dispatching to a recorder, not to an engine."""
+        probe = copy.copy(self)
+        probe.vllm_engines = [_CallRecorder()]
+        (call,) = probe._dispatch_prompts_to_vllm(["probe"], ["probe"], images=[None], **generate_kwargs)
+        return {k: v for k, v in call.items() if k not in ("prompt", "label", "images")}
+
+    def _pick_engine(self) -> int:
+        """The engine with the fewest of this generator's groups in flight (OpenRLHF's generator instead asks
+        every engine for its queue with a blocking call per dispatch, and an admission burst sees the same
+        snapshot each time). Only this generator dispatches training rollouts, so its own counts are the load."""
+        return min(range(len(self.engine_groups)), key=lambda i: (self.engine_groups[i], i))
 
     def generate_samples(self, **generate_kwargs):
         if self._sched is None:
@@ -291,6 +411,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
             "prompts_consumed": consumed,
             "exhausted": exhausted,
             "in_flight": len(sched.in_flight()),
+            "engine_groups": list(self.engine_groups),
             "stats": dict(sched.stats),
             "groups": [
                 {
@@ -307,6 +428,18 @@ class StreamingSamplesGenerator(SamplesGenerator):
         }
         with open(self.settings.trace, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
+
+
+class _CallRecorder:
+    """Answers the two engine calls of `_dispatch_prompts_to_vllm` locally: a load of 0, and the call's kwargs."""
+
+    class _Method:
+        def __init__(self, fn):
+            self.remote = fn
+
+    def __init__(self):
+        self.get_num_unfinished_requests = self._Method(lambda: ray.put(0))
+        self.generate_responses = self._Method(lambda **kwargs: kwargs)
 
 
 def _tensor(v):
@@ -356,13 +489,50 @@ def streaming_actor_class(settings: SchedulerConfig):
     return StreamingGenerateSamplesActor
 
 
+class StreamingInstallError(RuntimeError):
+    """install()/uninstall() called where Ray would silently ignore it."""
+
+
+def _ray_job() -> str | None:
+    """The running Ray job: its id with the driver's node (a new local cluster numbers its jobs from 1 again)."""
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return f"{context.get_job_id()}@{context.get_node_id()[:12]}"
+
+
 def install(settings: SchedulerConfig) -> None:
-    """In the driver, before `train()`: OpenRLHF's async trainer will build the streaming generator actor."""
+    """In the driver, after `ray.init()` and before `train()`: OpenRLHF's async trainer will build the streaming
+    generator actor.
+
+    Ray exports `PPOTrainerAsync` (with the module globals it sees then) once per Ray job, so an install holds for
+    exactly one job: it is bound to the running job, and a second install (or an uninstall) in that job is refused
+    rather than silently ignored by Ray. Start a new job (`ray.shutdown()`, `ray.init()`) for another run.
+    """
+    job = _ray_job()
+    if job is None:
+        raise StreamingInstallError(
+            "install() binds the streaming scheduler to the running Ray job: call ray.init() first"
+        )
+    if _STOCK.get("job") == job:
+        raise StreamingInstallError(
+            f"the streaming scheduler is already installed in Ray job {job}; Ray ships OpenRLHF's trainer "
+            "class once per job, so a second install() would be ignored: ray.shutdown() and ray.init() first"
+        )
     check_contract()
     stock_generator_actor()
     async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings))
+    _STOCK["job"] = job
 
 
 def uninstall() -> None:
-    if "actor" in _STOCK:
-        async_trainer.GenerateSamplesActor = _STOCK["actor"]
+    """Puts OpenRLHF's own generator actor back, for the next Ray job (refused inside the job it was installed in)."""
+    if "actor" not in _STOCK:
+        return
+    if _STOCK.get("job") is not None and _STOCK["job"] == _ray_job():
+        raise StreamingInstallError(
+            f"the streaming scheduler was installed in the running Ray job {_STOCK['job']}, where Ray keeps "
+            "using it: ray.shutdown() first"
+        )
+    async_trainer.GenerateSamplesActor = _STOCK["actor"]
+    _STOCK.pop("job", None)
