@@ -375,7 +375,9 @@ def test_contract_check_names_what_changed(streaming, monkeypatch, module, name,
     import openrlhf.trainer.ppo_trainer_async as async_trainer
 
     # the real classes, with one method swapped for the variant an upgrade might bring
-    real = getattr(async_trainer if module == "ppo_trainer_async" else streaming, name)
+    from asearcher_plugin.scheduler import contract
+
+    real = getattr(async_trainer if module == "ppo_trainer_async" else contract, name)
     cls = getattr(real, "__ray_actor_class__", real)
     method = "generate_responses" if name == "RolloutRayActor" else "fit"
     monkeypatch.setattr(cls, method, getattr(replacement, method))
