@@ -72,7 +72,7 @@ setup(
     ],
     extras_require={
         # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
-        "train": ["openrlhf==0.11.2", "vllm", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
+        "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
         # `asearcher train --cpu`: OpenRLHF's training on CPU with real vLLM (its CPU build, the version OpenRLHF
         # pins); openrlhf itself goes in with --no-deps and deepspeed without its CUDA ops (scripts/test.sh)
         "cpu-harness": CPU_HARNESS,

@@ -211,8 +211,9 @@ class SchedulerConfig(_Strict):
     max_concurrent: int | None = Field(
         None,
         ge=1,
-        description="cap on prompt groups in flight; default (eta + 1) x rollout.batch_size, i.e. only "
-        "the staleness rule limits admission",
+        description="cap on prompt groups in flight (each runs n_samples_per_prompt trajectories); default "
+        "rollout.batch_size, as AReaL's max_concurrent_rollouts. Size it to what the engines and the KB serve: "
+        "`asearcher train RECIPE --dry-run` prints the trajectories in flight per engine",
     )
     on_stale: Literal["keep", "restart"] = Field(
         "keep",

@@ -56,10 +56,12 @@ class CheckedRecipe(BaseModel):
     def summary(self) -> str:
         if self.scheduler is None:
             return "streaming scheduler: off (OpenRLHF's own generator)"
-        s = self.scheduler
+        s, n, engines = self.scheduler, self.args.rollout.n_samples_per_prompt, self.args.vllm.num_engines
+        trajectories = s.max_concurrent * n
         return (
-            f"streaming scheduler: max_staleness {s.max_staleness}, max_concurrent {s.max_concurrent} groups, "
-            f"on_stale {s.on_stale}"
+            f"streaming scheduler: max_staleness {s.max_staleness}, max_concurrent {s.max_concurrent} groups "
+            f"= {trajectories} trajectories in flight, {trajectories / max(engines, 1):.0f} per engine on "
+            f"{engines} engines, on_stale {s.on_stale}"
         )
 
 

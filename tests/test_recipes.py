@@ -52,7 +52,9 @@ def test_recipe_is_accepted_by_openrlhf(name):
     settings = checked.scheduler
     # streaming headroom: batches admitted beyond what OpenRLHF's queue holds
     assert settings.max_staleness - args.train.async_queue_size >= 1
-    assert settings.max_concurrent >= (settings.max_staleness + 1) * args.rollout.batch_size
+    # in flight: what the engines can serve, not the staleness bound ((eta + 1) x B = 640 groups on 16 nodes)
+    per_engine = settings.max_concurrent * args.rollout.n_samples_per_prompt / args.vllm.num_engines
+    assert settings.max_concurrent == recipe.scheduler.max_concurrent and per_engine <= 128, (name, per_engine)
 
 
 def test_a_recipe_by_path_and_the_dict_form(tmp_path):
@@ -166,13 +168,32 @@ def test_train_print_cmd_and_dry_run_by_name():
     runtime = json.loads(shlex.split(job)[shlex.split(job).index("--runtime-env-json") + 1])
     run_config = json.loads(runtime["env_vars"]["ASEARCHER_RUN_CONFIG"])
     assert run_config["agent"]["max_turns"] == 16 and run_config["scheduler"]["max_staleness"] == 4
+    # nothing of this machine's layout: the entrypoint finds its own agent file on the cluster
+    assert "--train.agent_func_path" not in job and "site-packages" not in job
     ok = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True)
     assert ok.returncode == 0 and "accepted" in ok.stdout and "streaming scheduler: max_staleness 4" in ok.stdout
+    # ASearcher's 24 concurrent question groups of 16 on 4 engines
+    assert "24 groups = 384 trajectories in flight, 96 per engine on 4 engines" in ok.stdout
     bad = subprocess.run([*cli, "--dry-run", "--set", "openrlhf.rollout.batch_size=x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert f"{BASE}.yaml: openrlhf.rollout.batch_size: invalid int value: 'x'" in bad.stderr
     unknown = subprocess.run([*cli[:-1], "local_7b", "--dry-run"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown recipe" in unknown.stderr and "local_7b_1node" in unknown.stderr
+
+
+def test_the_job_command_makes_local_relative_paths_absolute(tmp_path, monkeypatch):
+    from asearcher_plugin.launch import ray_job_command
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "q.jsonl").write_text("{}\n")
+    argv, config = build_command(BASE, ["openrlhf.data.prompt_dataset=data/q.jsonl"])
+    job = shlex.split(ray_job_command(argv, config))
+    assert job[job.index("--data.prompt_dataset") + 1] == str(tmp_path / "data" / "q.jsonl")
+    # a hub dataset name (no such local path) is left alone
+    argv, config = build_command(BASE, ["openrlhf.data.prompt_dataset=OpenRLHF/prompts"])
+    job = shlex.split(ray_job_command(argv, config))
+    assert job[job.index("--data.prompt_dataset") + 1] == "OpenRLHF/prompts"
 
 
 def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):

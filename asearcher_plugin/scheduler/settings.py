@@ -26,7 +26,6 @@ def resolve_settings(settings: SchedulerConfig, args) -> SchedulerConfig:
             f"use max_staleness >= {queue} (streaming headroom is "
             f"max_staleness - async_queue_size batches)"
         )
-    batch = args.rollout.batch_size
     return settings.model_copy(
-        update={"max_staleness": eta, "max_concurrent": settings.max_concurrent or (eta + 1) * batch}
+        update={"max_staleness": eta, "max_concurrent": settings.max_concurrent or args.rollout.batch_size}
     )
