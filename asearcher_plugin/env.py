@@ -1,7 +1,9 @@
-"""The agent file OpenRLHF loads with `--train.agent_func_path $(python -m asearcher_plugin.env)`.
+"""The agent file OpenRLHF loads with `--train.agent_func_path`.
 
 OpenRLHF's rollout actor imports this file by path and builds `AgentExecutor()` with no
-arguments; configuration comes from the YAML file named by $ASEARCHER_CONFIG. One
+arguments; the configuration comes from the launcher ($ASEARCHER_RUN_CONFIG in Ray's runtime env), the
+YAML file named by $ASEARCHER_CONFIG, or a per-run agent file (`python -m asearcher_plugin.env --config
+run.yaml`, see agent_file.py); with none of them it refuses to start rather than run on defaults. One
 `AgentInstance` per trajectory holds its state; the executor owns the token loop so it can cap
 each turn, stop at a closing action tag, and end with `truncated` when the budget runs out.
 Neither vLLM nor Ray is imported here.
@@ -10,6 +12,8 @@ Neither vLLM nor Ray is imported here.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from collections import deque
 from dataclasses import replace
@@ -35,12 +39,20 @@ from asearcher_plugin.agent.prompts import (
     template_for,
 )
 from asearcher_plugin.agent.transcript import Transcript
-from asearcher_plugin.config import AgentConfig, ConfigError, load_config
+from asearcher_plugin.agent_file import NO_STREAMING
+from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory, flat_logs
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
 from asearcher_plugin.tools import ToolError, make_toolbox
 from local_retriever.log_throttle import throttled
+
+NO_CONFIG = (
+    f"no agent config reached this rollout actor (${RUN_CONFIG_ENV} and ${CONFIG_ENV} are unset here; OpenRLHF's "
+    "own ray.init forwards neither to a cluster): start the run with `asearcher train RECIPE` or `python -m "
+    "asearcher_plugin.launch --config run.yaml ...`, or give OpenRLHF an agent file that carries the config: "
+    "--train.agent_func_path $(python -m asearcher_plugin.env --config run.yaml)"
+)
 
 log = throttled(__name__)  # one WARNING per tool and error type a minute, however many trajectories fail alike
 
@@ -280,10 +292,25 @@ class AgentInstance(AgentInstanceBase):
 class AgentExecutor(AgentExecutorBase):
     """Runs one trajectory: generate until a closing action tag, step the environment, repeat."""
 
-    def __init__(self, config: AgentConfig | None = None, for_training: bool = True):
-        built_by_openrlhf = config is None  # OpenRLHF's rollout engine builds it with no arguments
+    def __init__(
+        self,
+        config: AgentConfig | None = None,
+        for_training: bool = True,
+        check_kb: bool | None = None,
+        without_launcher: bool = False,
+    ):
+        """`config` None: built by OpenRLHF's rollout actor with no arguments; the config must reach the actor
+        (the launcher's $ASEARCHER_RUN_CONFIG, $ASEARCHER_CONFIG, or a per-run agent file), never defaults.
+        `check_kb` (default: when built by OpenRLHF): fail at once if no KB server answers. `without_launcher`:
+        a per-run agent file of the plain OpenRLHF command, which says that no streaming scheduler runs."""
+        if check_kb is None:
+            check_kb = config is None
+        if config is None and not (os.environ.get(RUN_CONFIG_ENV) or os.environ.get(CONFIG_ENV)):
+            raise ConfigError(NO_CONFIG)
+        if without_launcher or (config is None and not os.environ.get(RUN_CONFIG_ENV)):
+            print(NO_STREAMING, file=sys.stderr, flush=True)  # the plain OpenRLHF command
         self.config = config or load_config()
-        if built_by_openrlhf and self.config.tools.backend == "local" and self.config.tools.local.check_on_start:
+        if check_kb and self.config.tools.backend == "local" and self.config.tools.local.check_on_start:
             from asearcher_plugin.tools.preflight import check_kb_reachable
 
             check_kb_reachable(self.config.tools.local)
@@ -443,5 +470,24 @@ def agent_file() -> Path:
     return Path(__file__).resolve()
 
 
+def main(argv: list[str]) -> None:
+    """No arguments: this file (the config must then reach the actors another way). `--config run.yaml [--out
+    FILE]`: a per-run agent file carrying the config, for the plain OpenRLHF command."""
+    if not argv:
+        print(agent_file())
+        return
+    if argv[0] != "--config" or len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--out"):
+        raise SystemExit("usage: python -m asearcher_plugin.env [--config run.yaml [--out agent.py]]")
+    from asearcher_plugin.agent_file import write
+    from asearcher_plugin.recipe import RecipeError
+
+    try:
+        path = write(argv[1], argv[3] if len(argv) == 4 else None)
+    except (RecipeError, ConfigError, OSError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(NO_STREAMING, file=sys.stderr)
+    print(path)
+
+
 if __name__ == "__main__":
-    print(agent_file())
+    main(sys.argv[1:])
