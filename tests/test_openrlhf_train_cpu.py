@@ -26,7 +26,11 @@ pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
 
 RECIPE = "cpu_tiny"  # the packaged recipe, by name
-N_PROMPTS, BATCH, SAMPLES, ETA, QUEUE = 6, 2, 2, 2, 1
+N_PROMPTS, BATCH, SAMPLES, QUEUE = 6, 2, 2, 1
+# The streaming run admits with eta 1: (eta + v + 1) x B = 4 groups at version 0, fewer than the 6 prompts and
+# the 6 groups max_concurrent would allow, so the staleness bound (not the data or the cap) is what limits it.
+ETA, MAX_CONCURRENT = 1, 6
+RECIPE_ETA = 2  # cpu_tiny's, for the resumed run
 
 
 def train(tmp: Path, tiny_model, kb_server, prompts: Path, *overrides: str, env=None) -> subprocess.CompletedProcess:
@@ -91,6 +95,8 @@ def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
         "openrlhf.train.num_episodes=2",
         "openrlhf.ckpt.save_steps=1",
         "openrlhf.ckpt.max_num=10",  # DeepSpeed keeps all six: the resume test starts from step 2
+        f"scheduler.max_staleness={ETA}",
+        f"scheduler.max_concurrent={MAX_CONCURRENT}",
     )
     return tmp
 
@@ -135,17 +141,23 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     # versions come from the trainer's steps: with one slot, the k-th call sees k - 2 updates
     assert all(r["version_source"] == "trainer" for r in trace)
     assert [r["engine_version"] for r in trace] == [max(0, r["call"] - QUEUE - 1) for r in trace]
-    # AReaL's admission bound held at every admission; staleness is train version - admission version
+    # AReaL's admission bound held at every admission, and it bound: the first call admitted eta + 1 batches,
+    # more than its own (groups run across calls) and fewer than the prompts and the cap would allow
     assert all(r["peak_over_capacity"] <= 0 and r["admitted"] <= r["capacity"] for r in trace)
+    assert BATCH < trace[0]["admitted"] == (ETA + 1) * BATCH < min(N_PROMPTS, MAX_CONCURRENT)
+    # staleness, as the trainer received it = the update that trained the sample (the policy actor's own count of
+    # its fits, from 1) - 1 - the version its group was admitted at
+    for fit in fits:
+        for exp in fit["experiences"]:
+            for stale, admitted in zip(exp["info"]["staleness"], exp["info"]["policy_version_admitted"]):
+                assert stale == fit["fit"] - 1 - admitted >= 0
     for r in trace:
         for g in r["groups"]:
-            assert g["staleness"] == r["train_version"] - g["admitted_version"] >= 0
             assert all(
                 g["admitted_version"] <= f <= last <= r["engine_version"]
                 for f, last in zip(g["first_token_version"], g["last_token_version"])
             )
-    # groups run across calls: the first call admitted eta + 1 batches, not just its own (not batch-synchronous)
-    assert trace[0]["admitted"] == (ETA + 1) * BATCH > BATCH
+
     # checkpoints after every step and the final model
     assert {p.name for p in (async_run / "ckpt" / "_actor").iterdir()} >= {f"global_step{i}" for i in range(1, 7)}
     assert (async_run / "final" / "config.json").is_file()
@@ -178,7 +190,7 @@ def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_mo
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[before:]
     assert len(fits) == len(trace)
     # restart mode: no consumed group is staler than eta
-    assert all(g["staleness"] <= ETA for r in trace for g in r["groups"])
+    assert all(g["staleness"] <= RECIPE_ETA for r in trace for g in r["groups"])
 
 
 def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, prompts):
