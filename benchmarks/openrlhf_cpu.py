@@ -1,16 +1,22 @@
-"""OpenRLHF's stock async trainer vs async + partial rollout vs the streaming scheduler, through the real chain.
+"""OpenRLHF's async trainer in its three configurations against the streaming scheduler, through the real chain.
 
-One command: `python benchmarks/openrlhf_cpu.py`. Each mode is a full `asearcher train
-cpu_tiny --cpu` run (OpenRLHF 0.11.2's `train()`, its async trainer and actors, our
-agent on the sample KB, real vLLM engines and OpenRLHF's DeepSpeed policy actor on CPU; see
-asearcher_plugin/openrlhf_cpu). The workload is a scheduling workload: the agent's turns are scripted, 1 to 64
-per trajectory from a Pareto distribution, each but the last a real KB search, and each turn is a real vLLM
-decode of `--tokens-per-turn` tokens (asearcher_plugin/openrlhf_cpu/scripted.py); a training step is OpenRLHF's
-real update of the tiny model (plus `--fit-s` seconds if given).
+One command: `python benchmarks/openrlhf_cpu.py`. Each mode is a full `asearcher train cpu_tiny --cpu` run
+(OpenRLHF 0.11.2's `train()`, its async trainer and actors, our agent on the sample KB, real vLLM engines and
+OpenRLHF's DeepSpeed policy actor on CPU; see asearcher_plugin/openrlhf_cpu), one pass over the same prompts, so
+every mode trains the same trajectories. Modes: OpenRLHF async; + partial rollout; + partial rollout with
+`rollout.vllm_generate_batch_size = (eta + 1) x B` (one generate call makes eta + 1 batches, the extras are
+buffered: OpenRLHF's own knob for keeping engines fed); the streaming scheduler with (eta + 1) x B groups in flight.
 
-Throughput: trajectories trained between the first and last update / that time. Engine idle:
-share of the same window with no request decoding. Staleness (ours only; the stock generator
-records no versions): train version - admission version.
+The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/scripted.py): each trajectory's turn count is
+drawn from its question and sample number (Pareto, clipped to `--max-turns`, by default the 32 turns of the shipped
+local recipes, e.g. local_7b_1node), every turn but the last is a real KB search, and every turn is a real vLLM
+decode of `--tokens-per-turn` tokens (the recipes allow up to 1024; fewer here so that a CPU run ends in minutes).
+A training step is OpenRLHF's real update of the tiny model (plus `--fit-s` seconds if given).
+
+Span: from the first request any engine receives to the last trained step; throughput = trajectories trained /
+span; engine idle = share of the span with no request decoding, per engine. Start-up (Ray, engines, DeepSpeed)
+lies before the span and is reported apart, as is the ramp (first request to first update). Staleness (streaming
+only; OpenRLHF's generator records no versions): train version - admission version.
 """
 
 from __future__ import annotations
@@ -31,15 +37,26 @@ sys.path.insert(0, str(ROOT))
 from asearcher_plugin.openrlhf_cpu import scripted  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 
-MODES = {
-    "OpenRLHF async": ["openrlhf.train.partial_rollout_enable=false", "scheduler.enable=false"],
-    "OpenRLHF async + partial rollout": ["scheduler.enable=false"],
-    "streaming scheduler": [],
-}
+
+def modes(args) -> dict[str, list[str]]:
+    ahead = (args.eta + 1) * args.batch  # groups: what streaming keeps in flight and the big generate call makes
+    return {
+        "OpenRLHF async": ["openrlhf.train.partial_rollout_enable=false", "scheduler.enable=false"],
+        "OpenRLHF async + partial rollout": ["scheduler.enable=false"],
+        f"OpenRLHF async + partial, generate batch {ahead}": [
+            "scheduler.enable=false",
+            f"openrlhf.rollout.vllm_generate_batch_size={ahead}",
+        ],
+        "streaming scheduler": [f"scheduler.max_concurrent={ahead}"],
+    }
+
+
+def slug(name: str) -> str:
+    return name.replace(" ", "_").replace("+", "and").replace(",", "")
 
 
 def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, prompts: Path, kb_url: str) -> dict:
-    out = work / name.replace(" ", "_").replace("+", "and")
+    out = work / slug(name)
     shutil.rmtree(out, ignore_errors=True)
     (out / "engines").mkdir(parents=True)
     workload = {
@@ -86,32 +103,32 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     if proc.returncode != 0:
         raise SystemExit(f"{name}: training failed, see {out / 'train.log'}")
     fits = [json.loads(line) for line in (out / "ckpt" / "cpu_harness_fits.jsonl").read_text().splitlines()]
-    start, end = fits[0]["time"], fits[-1]["time"]
-    window = end - start
-    trained = sum(exp["samples"] for fit in fits[1:] for exp in fit["experiences"])
-    engines = list((out / "engines").glob("engine-*.jsonl"))
-    busy = sum(
-        max(0.0, min(b, end) - max(a, start))
-        for path in engines
-        for a, b in (json.loads(line) for line in path.read_text().splitlines())
-    )
+    intervals = [
+        (path.name, *json.loads(line))
+        for path in (out / "engines").glob("engine-*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    engines = sorted({name for name, _, _ in intervals})
+    start, end = min(a for _, a, _ in intervals), fits[-1]["time"]
+    span = end - start
+    busy = sum(max(0.0, min(b, end) - max(a, start)) for _, a, b in intervals)
+    trained = sum(exp["samples"] for fit in fits for exp in fit["experiences"])
+    trace = out / "trace.jsonl"
     staleness = (
-        [
-            g["staleness"]
-            for line in (out / "trace.jsonl").read_text().splitlines()
-            if (out / "trace.jsonl").exists()
-            for g in json.loads(line)["groups"]
-        ]
-        if (out / "trace.jsonl").exists()
+        [g["staleness"] for line in trace.read_text().splitlines() for g in json.loads(line)["groups"]]
+        if trace.exists()
         else []
     )
     turns = [t for fit in fits for exp in fit["experiences"] for t in exp["info"].get("turns", [])]
     return {
         "steps": len(fits),
         "trained": trained,
-        "window_s": window,
-        "traj_per_s": trained / window,
-        "engine_idle": 1 - busy / (window * len(engines)) if engines and window else None,
+        "span_s": span,
+        "traj_per_s": trained / span,
+        "startup_s": start - started,
+        "ramp_s": fits[0]["time"] - start,
+        "engine_idle": 1 - busy / (span * len(engines)),
+        "engines": len(engines),
         "staleness_max": max(staleness, default=None),
         "staleness_mean": statistics.mean(staleness) if staleness else None,
         "turns_mean": statistics.mean(turns) if turns else None,
@@ -122,7 +139,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=48, help="questions; one pass over them (one episode)")
+    ap.add_argument("--prompts", type=int, default=96, help="questions; one pass over them (one episode)")
     ap.add_argument("--batch", type=int, default=4, help="rollout.batch_size (groups per step)")
     ap.add_argument("--n", type=int, default=4, help="samples per prompt")
     ap.add_argument("--engines", type=int, default=2)
@@ -134,13 +151,14 @@ def main() -> None:
         default=0.0,
         help="seconds added to each training step (the CPU update itself takes ~3 s)",
     )
-    ap.add_argument("--max-turns", type=int, default=64)
+    ap.add_argument("--max-turns", type=int, default=32, help="the shipped local recipes' agent.max_turns")
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
     ap.add_argument("--tokens-per-turn", type=int, default=24)
-    ap.add_argument("--max-len", type=int, default=8192)
+    ap.add_argument("--max-len", type=int, default=8000, help="the local recipes' data.max_len")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="runs/bench-openrlhf-cpu")
+    ap.add_argument("--fresh", action="store_true", help="run every mode again (default: keep finished modes)")
     args = ap.parse_args()
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
@@ -169,53 +187,71 @@ def main() -> None:
     try:
         wait_healthy("http://127.0.0.1:5123", server)
         results = {}
-        for name, overrides in MODES.items():
+        for name, overrides in modes(args).items():
+            done = work / slug(name) / "result.json"
+            if done.exists() and not args.fresh and json.loads(done.read_text())["args"] == vars(args):
+                results[name] = json.loads(done.read_text())["result"]
+                print(f"== {name}: kept from {done}", flush=True)
+                continue
             print(f"== {name}", flush=True)
             results[name] = run_mode(name, overrides, args, work, model, prompts, "http://127.0.0.1:5123")
+            done.write_text(json.dumps({"args": vars(args), "result": results[name]}))
             print(json.dumps(results[name]), flush=True)
     finally:
         server.terminate()
+    print(
+        publish("openrlhf_cpu", HEADER, table(results), note(args, results), {"args": vars(args), "results": results})
+    )
+
+
+HEADER = [
+    "mode",
+    "span s",
+    "trajectories/s",
+    "vs OpenRLHF async",
+    "vs best OpenRLHF",
+    "engine idle",
+    "ramp s",
+    "max / mean staleness",
+    "steps",
+]
+
+
+def table(results: dict) -> list[list]:
     base = results["OpenRLHF async"]["traj_per_s"]
-    fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
-    rows = [
+    best = max(r["traj_per_s"] for name, r in results.items() if name.startswith("OpenRLHF"))
+    stale = lambda r: "–" if r["staleness_max"] is None else f"{r['staleness_max']} / {r['staleness_mean']:.2f}"  # noqa: E731
+    return [
         [
             name,
+            f"{r['span_s']:.0f}",
             f"{r['traj_per_s']:.2f}",
             f"{r['traj_per_s'] / base:.2f}x",
-            fmt(r["engine_idle"], ".0%"),
-            fmt(r["staleness_max"], "d"),
-            fmt(r["staleness_mean"], ".2f"),
+            f"{r['traj_per_s'] / best:.2f}x",
+            f"{r['engine_idle']:.0%}",
+            f"{r['ramp_s']:.0f}",
+            stale(r),
             r["steps"],
-            f"{r['wall_s']:.0f}",
         ]
         for name, r in results.items()
     ]
-    note = (
-        f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} engines, B={args.batch} "
-        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size={args.queue}, eta={args.eta}; "
-        f"scripted scheduling workload: 1-{args.max_turns} turns per trajectory (Pareto scale {args.scale}, alpha "
-        f"{args.alpha}), real KB searches, a real vLLM decode of {args.tokens_per_turn} tokens per turn; "
-        "a training step is OpenRLHF's real update of the tiny "
-        f"model{f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Throughput and "
-        "idle are measured between the first and last update"
-    )
-    print(
-        publish(
-            "openrlhf_cpu",
-            [
-                "mode",
-                "trajectories/s",
-                "vs OpenRLHF async",
-                "engine idle",
-                "max staleness",
-                "mean staleness",
-                "steps",
-                "wall s",
-            ],
-            rows,
-            note,
-            {"args": vars(args), "results": results},
-        )
+
+
+def note(args, results: dict) -> str:
+    runs = list(results.values())
+    startup = [r["startup_s"] for r in runs]
+    share = max(r["ramp_s"] / r["span_s"] for r in runs)
+    return (
+        f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} vLLM engines, "
+        f"B={args.batch} prompts x n={args.n}, {args.prompts} prompts (one episode: {runs[0]['trained']} "
+        f"trajectories trained in every mode), async_queue_size={args.queue}, eta={args.eta}. Workload: 1-"
+        f"{args.max_turns} turns per trajectory (the local recipes' max_turns; Pareto scale {args.scale}, alpha "
+        f"{args.alpha}: mean {statistics.mean(r['turns_mean'] for r in runs):.1f} turns), every turn a real vLLM "
+        f"decode of {args.tokens_per_turn} tokens and all but the last a real KB search; a training step is "
+        f"OpenRLHF's real update of the tiny model{f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Span: first "
+        "request to an engine -> last trained step (the same work in every mode); throughput = trajectories / span; "
+        f"idle over the span. Start-up before the span: {min(startup):.0f}-{max(startup):.0f} s per run; the ramp "
+        f"(first request -> first update) is at most {share:.0%} of a span"
     )
 
 

@@ -138,9 +138,12 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
         == 0
         for r in trace
     )
-    # versions come from the trainer's steps: with one slot, the k-th call sees k - 2 updates
+    # versions come from the trainer's steps: the generator takes a token per call, and the token of the i-th
+    # batch (from 0) is the prefilled 0 while i < QUEUE, then the step of the trainer's (i - QUEUE + 1)-th take,
+    # i.e. i - QUEUE updates. (A call that finds the episode's prompts used up hands out nothing and returns its
+    # token; that happens at the end of episode 0 here, since admission stopped short of the last prompt.)
     assert all(r["version_source"] == "trainer" for r in trace)
-    assert [r["engine_version"] for r in trace] == [max(0, r["call"] - QUEUE - 1) for r in trace]
+    assert [r["engine_version"] for r in trace] == [max(0, i - QUEUE) for i in range(len(trace))]
     # AReaL's admission bound held at every admission, and it bound: the first call admitted eta + 1 batches,
     # more than its own (groups run across calls) and fewer than the prompts and the cap would allow
     assert all(r["peak_over_capacity"] <= 0 and r["admitted"] <= r["capacity"] for r in trace)
