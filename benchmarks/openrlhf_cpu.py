@@ -7,7 +7,7 @@ every mode trains the same trajectories. Modes: OpenRLHF async; + partial rollou
 `rollout.vllm_generate_batch_size = (eta + 1) x B` (one generate call makes eta + 1 batches, the extras are
 buffered: OpenRLHF's own knob for keeping engines fed); the streaming scheduler with (eta + 1) x B groups in flight.
 
-The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/scripted.py): each trajectory's turn count is
+The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/workload.py): each trajectory's turn count is
 drawn from its question and sample number (Pareto, clipped to `--max-turns`, by default the 32 turns of the shipped
 local recipes, e.g. local_7b_1node), every turn but the last is a real KB search, and every turn is a real vLLM
 decode of `--tokens-per-turn` tokens (the recipes allow up to 1024; fewer here so that a CPU run ends in minutes).

@@ -61,7 +61,7 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     import asyncio
 
     from asearcher_plugin.engines.types import SamplingParams
-    from asearcher_plugin.openrlhf_cpu.scripted import ScriptedEngine, Workload
+    from asearcher_plugin.openrlhf_cpu.workload import ScriptedEngine, Workload
 
     class Engine:  # records what the engine was asked to decode
         def __init__(self):
@@ -81,3 +81,20 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     assert last.text == "<answer>unknown</answer>"  # plan 3, two searches made: the third turn answers
     assert engine.calls == [(len(prompt), 7, 7, None), (len(later), 7, 7, None)]
     assert first.logprobs is not None and len(first.logprobs) == len(first.token_ids)
+
+
+def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
+    """OpenRLHF's `_load_agent_executor`: spec_from_file_location('agent_module', path), exec_module, no entry in
+    sys.modules (a dataclass with string annotations in the file would fail there, and the engines would die)."""
+    import importlib.util
+    import json
+
+    from asearcher_plugin.openrlhf_cpu import scripted
+    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+
+    monkeypatch.setenv(WORKLOAD_ENV, json.dumps({"max_turns": 3}))
+    monkeypatch.setenv("ASEARCHER_RUN_CONFIG", json.dumps({"agent": {"tools": {"local": {"check_on_start": False}}}}))
+    spec = importlib.util.spec_from_file_location("agent_module", scripted.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.AgentExecutor().workload.max_turns == 3

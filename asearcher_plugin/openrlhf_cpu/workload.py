@@ -1,0 +1,94 @@
+"""The scripted scheduling workload of the CPU harness: a turn plan per trajectory, decoded by the real engine.
+
+Each trajectory draws its number of turns from a Pareto distribution (scale `turns_scale`, shape `pareto_alpha`)
+clipped to [1, max_turns]: most are short, a few long, as ASearcher's are. Every turn is real work for the vLLM
+engine: it decodes exactly `tokens_per_turn` tokens of the growing trajectory (prefill, continuous batching, pauses
+for weight updates included); the tokens the agent then keeps are scripted: a real KB search with the question for
+every turn but the last, then an answer. The plan of a trajectory rides in its first action (`<think>plan
+N</think>`). So what is measured is how well a scheduler keeps engines busy with trajectories of unequal length,
+not what a random model happens to write. `scripted.py` is the agent file that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+
+from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, with_overrides
+
+WORKLOAD_ENV = "ASEARCHER_CPU_WORKLOAD"
+STATS_ENV = "ASEARCHER_CPU_ENGINE_STATS"  # a folder: each engine actor writes its busy intervals there
+_PLAN = re.compile(r"<think>plan (\d+)</think>")
+
+
+@dataclass
+class Workload:
+    max_turns: int = 64
+    turns_scale: float = 2.0
+    pareto_alpha: float = 1.0
+    tokens_per_turn: int = 24
+    seed: int = 0
+
+    @classmethod
+    def from_env(cls) -> Workload:
+        raw = os.environ.get(WORKLOAD_ENV)
+        if not raw:
+            raise RuntimeError(f"the scripted agent needs ${WORKLOAD_ENV} (JSON of Workload's fields)")
+        return cls(**json.loads(raw))
+
+
+class ScriptedEngine:
+    """Stands between the agent and the real engine: the engine decodes, the script decides what was said."""
+
+    def __init__(self, engine, workload: Workload, tokenizer):
+        self.engine, self.w, self.tokenizer = engine, workload, tokenizer
+        self.started: dict[str, int] = {}  # trajectories begun per question: the k-th sample of a group
+        self.busy = BusyClock()
+
+    def plan(self, question: str) -> int:
+        """Drawn from (seed, question, sample number), so every mode of a benchmark runs the same workload
+        (OpenRLHF sends all samples of a prompt to one engine)."""
+        k = self.started[question] = self.started.get(question, -1) + 1
+        rng = random.Random(f"{self.w.seed}:{question}:{k}")
+        return min(self.w.max_turns, max(1, math.ceil(self.w.turns_scale * rng.paretovariate(self.w.pareto_alpha))))
+
+    async def generate(self, prompt_token_ids: list[int], params) -> RequestOutput:
+        text = self.tokenizer.decode(prompt_token_ids)
+        found = _PLAN.search(text)
+        question = text.split("User:")[-1].split("\n")[0].strip() or "history"
+        turns_left = (int(found.group(1)) if found else self.plan(question)) - text.count("</search>")
+        head = "" if found else f"<think>plan {turns_left}</think>"
+        action = f"<search>{question[:80]}</search>" if turns_left > 1 else "<answer>unknown</answer>"
+        ids = self.tokenizer(head + action, add_special_tokens=False)["input_ids"]
+        ids = ids[: max(1, params.max_tokens or len(ids))]
+        n = self.w.tokens_per_turn
+        decode = with_overrides(params, max_tokens=n, min_tokens=n, stop=None, logprobs=None)
+        with self.busy:
+            await self.engine.generate(prompt_token_ids, decode)
+        logprobs = [{t: Logprob(0.0, rank=1)} for t in ids] if params.logprobs is not None else None
+        out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", "</search>", logprobs, 0.0)
+        return RequestOutput("", list(prompt_token_ids), [out])
+
+
+class BusyClock:
+    """The intervals with at least one request decoding, appended to $ASEARCHER_CPU_ENGINE_STATS/engine-PID.jsonl."""
+
+    def __init__(self):
+        self.active, self.since = 0, 0.0
+        self.folder = os.environ.get(STATS_ENV)
+
+    def __enter__(self):
+        if self.active == 0:
+            self.since = time.time()
+        self.active += 1
+
+    def __exit__(self, *exc):
+        self.active -= 1
+        if self.active == 0 and self.folder:
+            with open(os.path.join(self.folder, f"engine-{os.getpid()}.jsonl"), "a") as fh:
+                fh.write(json.dumps([self.since, time.time()]) + "\n")
