@@ -19,6 +19,7 @@ import runpy
 import shlex
 import sys
 
+from .actor_watch import ActorWatch
 from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 from .openrlhf_args import RecipeFlagError
 from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
@@ -113,9 +114,16 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
 
         install(settings)
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
+    watch = ActorWatch()
+    watch.start()
     try:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    except KeyboardInterrupt:
+        if watch.failure is None:
+            raise
+        raise LaunchError(f"{watch.failure} (the run was stopped: OpenRLHF would wait for it forever)") from None
     finally:  # stop the actors here rather than from interpreter-exit hooks
+        watch.stop()
         ray.shutdown()
 
 

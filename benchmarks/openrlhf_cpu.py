@@ -10,8 +10,11 @@ buffered: OpenRLHF's own knob for keeping engines fed); the streaming scheduler 
 The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/workload.py): each trajectory's turn count is
 drawn from its question and sample number (Pareto, clipped to `--max-turns`, by default the 32 turns of the shipped
 local recipes, e.g. local_7b_1node), every turn but the last is a real KB search, and every turn is a real vLLM
-decode of `--tokens-per-turn` tokens (the recipes allow up to 1024; fewer here so that a CPU run ends in minutes).
-A training step is OpenRLHF's real update of the tiny model (plus `--fit-s` seconds if given).
+decode of `--tokens-per-turn` tokens plus `--turn-s` seconds standing for a full-size model's decode of hundreds of
+tokens (the recipes allow up to 1024 a turn). That time is flat in the number of requests sharing an engine, as a
+GPU decode is within its batch capacity; the tiny model's decode on 2 shared CPU cores is not, and every token
+decoded is also trained on by a CPU update that is far slower than generation (bf16 emulated on AVX2), which would
+make every mode trainer-bound. A training step is OpenRLHF's real update of the tiny model (plus `--fit-s`).
 
 Span: from the first request any engine receives to the last trained step; throughput = trajectories trained /
 span; engine idle = share of the span with no request decoding, per engine. Start-up (Ray, engines, DeepSpeed)
@@ -64,6 +67,8 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "turns_scale": args.scale,
         "pareto_alpha": args.alpha,
         "tokens_per_turn": args.tokens_per_turn,
+        "turn_seconds": args.turn_s,
+        "query_words": 4,
         "seed": args.seed,
     }
     env = {
@@ -78,7 +83,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         f"openrlhf.data.prompt_dataset={prompts}",
         f"agent.tools.local.urls=[{kb_url}]",
         "agent.tools.topk=1",
-        "agent.tools.max_doc_chars=100",
+        "agent.tools.max_doc_chars=50",  # short tool output: the CPU update's cost grows with sequence length
         f"agent.max_turns={args.max_turns}",
         "agent.max_new_tokens_per_turn=64",
         "agent.reward.format_factor=false",
@@ -86,6 +91,8 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         f"openrlhf.rollout.batch_size={args.batch}",
         f"openrlhf.rollout.n_samples_per_prompt={args.n}",
         f"openrlhf.train.batch_size={args.batch * args.n}",
+        "openrlhf.train.micro_batch_size=4",  # few pad tokens: sequences of 1 and 32 turns share no micro-batch
+        "openrlhf.rollout.micro_batch_size=4",
         f"openrlhf.vllm.num_engines={args.engines}",
         f"openrlhf.train.async_queue_size={args.queue}",
         f"scheduler.max_staleness={args.eta}",
@@ -139,7 +146,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=96, help="questions; one pass over them (one episode)")
+    ap.add_argument("--prompts", type=int, default=48, help="questions; one pass over them (one episode)")
     ap.add_argument("--batch", type=int, default=4, help="rollout.batch_size (groups per step)")
     ap.add_argument("--n", type=int, default=4, help="samples per prompt")
     ap.add_argument("--engines", type=int, default=2)
@@ -154,7 +161,13 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=32, help="the shipped local recipes' agent.max_turns")
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
-    ap.add_argument("--tokens-per-turn", type=int, default=24)
+    ap.add_argument("--tokens-per-turn", type=int, default=8, help="real vLLM decode per turn")
+    ap.add_argument(
+        "--turn-s",
+        type=float,
+        default=1.5,
+        help="seconds each turn waits besides its decode: a full-size model's decode time, flat in concurrency",
+    )
     ap.add_argument("--max-len", type=int, default=8000, help="the local recipes' data.max_len")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="runs/bench-openrlhf-cpu")
@@ -247,7 +260,9 @@ def note(args, results: dict) -> str:
         f"trajectories trained in every mode), async_queue_size={args.queue}, eta={args.eta}. Workload: 1-"
         f"{args.max_turns} turns per trajectory (the local recipes' max_turns; Pareto scale {args.scale}, alpha "
         f"{args.alpha}: mean {statistics.mean(r['turns_mean'] for r in runs):.1f} turns), every turn a real vLLM "
-        f"decode of {args.tokens_per_turn} tokens and all but the last a real KB search; a training step is "
+        f"decode of {args.tokens_per_turn} tokens plus {args.turn_s:g} s standing for a full-size model's decode "
+        "(flat in concurrency, as on a GPU within its batch capacity), all but the last a real KB search with 4 "
+        "words of the question; a training step is "
         f"OpenRLHF's real update of the tiny model{f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Span: first "
         "request to an engine -> last trained step (the same work in every mode); throughput = trajectories / span; "
         f"idle over the span. Start-up before the span: {min(startup):.0f}-{max(startup):.0f} s per run; the ramp "

@@ -11,6 +11,7 @@ not what a random model happens to write. `scripted.py` is the agent file that u
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -32,6 +33,10 @@ class Workload:
     turns_scale: float = 2.0
     pareto_alpha: float = 1.0
     tokens_per_turn: int = 24
+    # Seconds a turn takes besides the real decode: a full-size model's decode of hundreds of tokens, which costs
+    # about the same however many requests share a GPU engine within its batch capacity (a CPU decode does not).
+    turn_seconds: float = 0.0
+    query_words: int = 12  # words of the question sent as the search query (the kept tokens are trained on)
     seed: int = 0
 
     @classmethod
@@ -63,13 +68,16 @@ class ScriptedEngine:
         question = text.split("User:")[-1].split("\n")[0].strip() or "history"
         turns_left = (int(found.group(1)) if found else self.plan(question)) - text.count("</search>")
         head = "" if found else f"<think>plan {turns_left}</think>"
-        action = f"<search>{question[:80]}</search>" if turns_left > 1 else "<answer>unknown</answer>"
+        query = " ".join(question.split()[: self.w.query_words])
+        action = f"<search>{query}</search>" if turns_left > 1 else "<answer>unknown</answer>"
         ids = self.tokenizer(head + action, add_special_tokens=False)["input_ids"]
         ids = ids[: max(1, params.max_tokens or len(ids))]
         n = self.w.tokens_per_turn
         decode = with_overrides(params, max_tokens=n, min_tokens=n, stop=None, logprobs=None)
         with self.busy:
             await self.engine.generate(prompt_token_ids, decode)
+            if self.w.turn_seconds:
+                await asyncio.sleep(self.w.turn_seconds)
         logprobs = [{t: Logprob(0.0, rank=1)} for t in ids] if params.logprobs is not None else None
         out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", "</search>", logprobs, 0.0)
         return RequestOutput("", list(prompt_token_ids), [out])

@@ -1,0 +1,66 @@
+"""A run whose actor dies in its constructor ends with that actor's exception instead of hanging."""
+
+import signal
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture()
+def local_ray():
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_a_failed_constructor_interrupts_the_driver_with_its_exception(local_ray):
+    from asearcher_plugin.actor_watch import ActorWatch, failed_creations
+
+    @ray.remote(num_cpus=0)
+    class Fine:
+        def ping(self):
+            return 1
+
+    @ray.remote(num_cpus=0)
+    class BrokenAgentFile:
+        def __init__(self):
+            raise ValueError("agent file broken: no AgentExecutor")
+
+    fine = Fine.remote()
+    ray.get(fine.ping.remote())
+    ray.kill(fine)  # an intended kill is not a failure
+    assert failed_creations() == []
+    broken = BrokenAgentFile.remote()  # held, as OpenRLHF holds its engines
+    deadline = time.time() + 240  # a worker process has to start and fail first
+    while not failed_creations() and time.time() < deadline:
+        time.sleep(0.5)
+    assert failed_creations() == [("BrokenAgentFile", "ValueError: agent file broken: no AgentExecutor")]
+    watch = ActorWatch(interval=0.2)
+    watch.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):  # what the launcher turns into one error line
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                time.sleep(0.1)
+    finally:
+        watch.stop()
+    assert watch.failure == "BrokenAgentFile failed to start: ValueError: agent file broken: no AgentExecutor"
+    del broken
+
+
+def test_the_watch_stays_quiet_while_actors_are_healthy(local_ray):
+    from asearcher_plugin.actor_watch import ActorWatch
+
+    interrupted = []
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    try:
+        watch = ActorWatch(interval=0.1)
+        watch.start()
+        time.sleep(1.0)
+        watch.stop()
+        watch.join(timeout=5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not interrupted and watch.failure is None and not watch.is_alive()
