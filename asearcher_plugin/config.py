@@ -215,10 +215,12 @@ class SchedulerConfig(_Strict):
         "rollout.batch_size, as AReaL's max_concurrent_rollouts. Size it to what the engines and the KB serve: "
         "`asearcher train RECIPE --dry-run` prints the trajectories in flight per engine",
     )
-    on_stale: Literal["keep", "restart"] = Field(
+    on_stale: Literal["keep", "restart", "mask"] = Field(
         "keep",
         description="keep: never stop a running group (AReaL); restart: a group that can no longer be "
-        "consumed within eta is started afresh once, then dropped",
+        "consumed within eta is started afresh once, then dropped; mask: admit as keep, and take every model "
+        "turn generated more than eta versions before the update that trains it out of the loss (its "
+        "trajectory's reward still counts in the group's baseline)",
     )
     trace: str | None = Field(
         None,

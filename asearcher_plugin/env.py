@@ -352,7 +352,8 @@ class AgentExecutor(AgentExecutorBase):
         transcript = await self._start(agent, prompt, label, sampling_params, max_length, hf_tokenizer)
         cap, eos_id = self.config.max_new_tokens_per_turn, getattr(hf_tokenizer, "eos_token_id", None)
         truncated, done, reward = False, False, 0.0
-        first_call_at = last_token_at = None  # wall clock, mapped to policy versions by the scheduler
+        call_starts: list[float] = []  # wall clock of each model call, mapped to policy versions by the scheduler
+        last_token_at = None
         while not done:
             budget = max_length - len(transcript.tokens)
             if budget <= 0:
@@ -361,7 +362,7 @@ class AgentExecutor(AgentExecutorBase):
             params = with_overrides(
                 sampling_params, max_tokens=min(cap, budget), stop=agent.stop, include_stop_str_in_output=True
             )
-            first_call_at = first_call_at or time.time()
+            call_starts.append(time.time())
             out = (await llm_engine.generate(transcript.tokens, params)).outputs[0]
             last_token_at = time.time()
             transcript.add_turn(out)
@@ -389,7 +390,8 @@ class AgentExecutor(AgentExecutorBase):
             observation_tokens=transcript.tokens,
             action_ranges=transcript.action_ranges,
             rollout_log_probs=transcript.logprobs,
-            token_times=[first_call_at, last_token_at],
+            token_times=[call_starts[0] if call_starts else None, last_token_at],
+            turn_times=call_starts,
             images=images,
         )
 

@@ -45,6 +45,7 @@ class Trajectory:
     action_ranges: list[tuple[int, int]] | None = None
     rollout_log_probs: list[float] | None = None
     token_times: list | None = None  # wall clock of the first and the last model call: [start, end]
+    turn_times: list[float] | None = None  # wall clock when each model call began, one per action range
     images: Any = None
     mm_train_inputs: Any = None
 
@@ -61,7 +62,8 @@ class Trajectory:
 
     def to_openrlhf(self) -> dict:
         """The dict OpenRLHF 0.11.2's `_process_response_into_experience` reads (`scores` there is the
-        reward, as in its own executors). `answer`, `text` and `token_times` ride along for our scheduler."""
+        reward, as in its own executors). `answer`, `text`, `token_times` and `turn_times` ride along for our
+        scheduler."""
         return {
             "prompt": self.prompt,
             "label": self.label,
@@ -77,6 +79,7 @@ class Trajectory:
             "answer": self.answer,
             "text": self.text,
             "token_times": self.token_times,
+            "turn_times": self.turn_times,
         }
 
 

@@ -51,6 +51,8 @@ def modes(args) -> dict[str, list[str]]:
             f"openrlhf.rollout.vllm_generate_batch_size={ahead}",
         ],
         "streaming scheduler": [f"scheduler.max_concurrent={ahead}"],
+        "streaming, on_stale mask": [f"scheduler.max_concurrent={ahead}", "scheduler.on_stale=mask"],
+        "streaming, on_stale restart": [f"scheduler.max_concurrent={ahead}", "scheduler.on_stale=restart"],
     }
 
 
@@ -121,11 +123,9 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     busy = sum(max(0.0, min(b, end) - max(a, start)) for _, a, b in intervals)
     trained = sum(exp["samples"] for fit in fits for exp in fit["experiences"])
     trace = out / "trace.jsonl"
-    staleness = (
-        [g["staleness"] for line in trace.read_text().splitlines() for g in json.loads(line)["groups"]]
-        if trace.exists()
-        else []
-    )
+    rows = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    staleness = [g["staleness"] for row in rows for g in row["groups"]]
+    info = lambda key: sum(v for fit in fits for exp in fit["experiences"] for v in exp["info"].get(key, []))  # noqa: E731
     turns = [t for fit in fits for exp in fit["experiences"] for t in exp["info"].get("turns", [])]
     return {
         "steps": len(fits),
@@ -140,6 +140,11 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "staleness_mean": statistics.mean(staleness) if staleness else None,
         "turns_mean": statistics.mean(turns) if turns else None,
         "turns_max": max(turns, default=None),
+        "generated_tokens": info("generated_tokens"),
+        "stale_tokens": info("stale_tokens") if rows else None,  # more than eta versions behind their update
+        "stale_tokens_masked": info("stale_tokens_masked") if rows else None,
+        "restarted": rows[-1]["stats"]["stale_restarted"] if rows else None,
+        "dropped": rows[-1]["stats"]["stale_dropped"] if rows else None,
         "wall_s": time.time() - started,
     }
 
@@ -226,7 +231,9 @@ HEADER = [
     "engine idle",
     "ramp s",
     "max / mean staleness",
-    "steps",
+    "tokens > eta behind: trained / masked",
+    "groups restarted / dropped",
+    "trained",
 ]
 
 
@@ -234,6 +241,13 @@ def table(results: dict) -> list[list]:
     base = results["OpenRLHF async"]["traj_per_s"]
     best = max(r["traj_per_s"] for name, r in results.items() if name.startswith("OpenRLHF"))
     stale = lambda r: "–" if r["staleness_max"] is None else f"{r['staleness_max']} / {r['staleness_mean']:.2f}"  # noqa: E731
+
+    def tokens(r):
+        if r.get("stale_tokens") is None:
+            return "–"
+        kept, masked = r["stale_tokens"] - r["stale_tokens_masked"], r["stale_tokens_masked"]
+        return f"{kept:,.0f} / {masked:,.0f} of {r['generated_tokens']:,.0f}"
+
     return [
         [
             name,
@@ -244,7 +258,9 @@ def table(results: dict) -> list[list]:
             f"{r['engine_idle']:.0%}",
             f"{r['ramp_s']:.0f}",
             stale(r),
-            r["steps"],
+            tokens(r),
+            "–" if r.get("restarted") is None else f"{r['restarted']} / {r['dropped']}",
+            f"{r['trained']} in {r['steps']} steps",
         ]
         for name, r in results.items()
     ]
@@ -254,10 +270,12 @@ def note(args, results: dict) -> str:
     runs = list(results.values())
     startup = [r["startup_s"] for r in runs]
     share = max(r["ramp_s"] / r["span_s"] for r in runs)
+    fewer = [f"{name} trains {r['trained']}" for name, r in results.items() if r["trained"] != runs[0]["trained"]]
     return (
         f"OpenRLHF 0.11.2's own `train()` on CPU (`asearcher train --cpu`), {args.engines} vLLM engines, "
         f"B={args.batch} prompts x n={args.n}, {args.prompts} prompts (one episode: {runs[0]['trained']} "
-        f"trajectories trained in every mode), async_queue_size={args.queue}, eta={args.eta}. Workload: 1-"
+        f"trajectories trained{' (' + '; '.join(fewer) + ': the groups it dropped)' if fewer else ' in every mode'}), "
+        f"async_queue_size={args.queue}, eta={args.eta}. Workload: 1-"
         f"{args.max_turns} turns per trajectory (the local recipes' max_turns; Pareto scale {args.scale}, alpha "
         f"{args.alpha}: mean {statistics.mean(r['turns_mean'] for r in runs):.1f} turns), every turn a real vLLM "
         f"decode of {args.tokens_per_turn} tokens plus {args.turn_s:g} s standing for a full-size model's decode "
@@ -266,7 +284,9 @@ def note(args, results: dict) -> str:
         f"OpenRLHF's real update of the tiny model{f' + {args.fit_s:.0f} s' if args.fit_s else ''}. Span: first "
         "request to an engine -> last trained step (the same work in every mode); throughput = trajectories / span; "
         f"idle over the span. Start-up before the span: {min(startup):.0f}-{max(startup):.0f} s per run; the ramp "
-        f"(first request -> first update) is at most {share:.0%} of a span"
+        f"(first request -> first update) is at most {share:.0%} of a span. Tokens > eta behind: generated by a "
+        "model call that began more than eta versions before the update that trains it (on_stale keep trains them, "
+        "mask takes them out of the loss, restart stops such groups and starts them afresh once, then drops them)"
     )
 
 

@@ -171,6 +171,57 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
 
 
+# A heavy-tailed scripted workload (asearcher_plugin/openrlhf_cpu/workload.py, seed 0): 1-12 turns a trajectory, the
+# few long ones still running when the short ones of later admissions have been trained, so their early turns are
+# more than eta versions behind the update that trains them.
+MASK_ETA = 2
+MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "tokens_per_turn": 4, "turn_seconds": 1.0}
+
+
+def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server, learning_prompts):
+    from asearcher_plugin.openrlhf_cpu import scripted
+    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+
+    train(
+        tmp_path,
+        tiny_model,
+        kb_server,
+        learning_prompts,
+        f"openrlhf.train.agent_func_path={scripted.__file__}",
+        "agent.max_turns=16",
+        "agent.tools.topk=1",
+        "agent.tools.max_doc_chars=50",  # short tool output: no trajectory reaches max_len
+        "openrlhf.data.max_len=8000",
+        f"scheduler.max_staleness={MASK_ETA}",  # above the queue's 1: groups admitted later can overtake long ones
+        "scheduler.max_concurrent=8",
+        "scheduler.on_stale=mask",
+        env={WORKLOAD_ENV: json.dumps(MASK_WORKLOAD)},
+    )
+    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(fits) == len(trace) == LEARN_PROMPTS // BATCH
+    # A sample loses tokens exactly when one of its model calls (the trace has the version of each) began more than
+    # eta versions before the update that trains it; nothing is dropped; the trainer's action mask lost exactly the
+    # masked tokens, and the reward of a masked sample still reached the trainer.
+    masked_samples = 0
+    for row, fit in zip(trace, fits):
+        calls = [s for g in row["groups"] for s in g["turn_versions"]]
+        expected = [any(row["train_version"] - v > MASK_ETA for v in s) for s in calls]
+        masked = [m for g in row["groups"] for m in g["stale_tokens_masked"]]
+        assert [m > 0 for m in masked] == expected, row
+        masked_samples += sum(expected)
+        for exp in fit["experiences"]:
+            info = exp["info"]
+            assert len(info["reward"]) == len(exp["loss_tokens"])
+            for loss, gen, cut, m in zip(
+                exp["loss_tokens"], info["generated_tokens"], info["response_clip_ratio"], info["stale_tokens_masked"]
+            ):
+                assert m <= gen and (cut or loss == gen - m), (loss, gen, m)
+    assert masked_samples > 0
+    assert sum(len(s) for g in trace[0]["groups"] for s in g["turn_versions"]) > len(trace[0]["groups"])
+    assert all(r["stats"]["stale_dropped"] == r["stats"]["stale_restarted"] == 0 for r in trace)
+
+
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
     """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
     shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")

@@ -216,3 +216,33 @@ def test_version_clock_dates_tokens_with_the_version_then_in_force():
     assert [clock.version_at(t) for t in (50.0, 100.0, 199.9, 200.0, 1e12)] == [0, 1, 1, 2, 2]
     assert token_versions(clock, [120.0, 210.0]) == {"first_token_version": 1, "last_token_version": 2}
     assert token_versions(clock, None) == {"first_token_version": None, "last_token_version": None}
+
+
+def test_stale_spans_are_the_calls_more_than_eta_versions_behind_the_training_update():
+    from asearcher_plugin.scheduler.core import stale_spans
+
+    spans = [(10, 20), (30, 35), (50, 60), (70, 71)]
+    # trained by update 5 with eta 2: calls under versions 0 and 2 are 5 and 3 behind, version 3 is 2 behind
+    assert stale_spans(spans, [0, 2, 3, None], train_version=5, eta=2) == [(10, 20), (30, 35)]
+    assert stale_spans(spans, [3, 3, 4, 5], train_version=5, eta=2) == []
+    with pytest.raises(ValueError):  # a version per span, or the spans and versions were misaligned
+        stale_spans(spans, [0, 1], train_version=5, eta=2)
+
+
+def test_mask_cannot_meet_sequence_level_is_correction():
+    from types import SimpleNamespace as NS
+
+    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.scheduler.settings import StreamingSettingsError, resolve_settings
+
+    def args(level):
+        return NS(
+            train=NS(async_queue_size=1, async_enable=True, partial_rollout_enable=True),
+            rollout=NS(batch_size=4),
+            algo=NS(advantage=NS(is_correction_level=level)),
+        )
+
+    assert resolve_settings(SchedulerConfig(on_stale="mask"), args("token")).on_stale == "mask"
+    with pytest.raises(StreamingSettingsError, match="is_correction_level seq"):
+        resolve_settings(SchedulerConfig(on_stale="mask"), args("seq"))
+    assert resolve_settings(SchedulerConfig(on_stale="keep"), args("seq")).max_staleness == 3

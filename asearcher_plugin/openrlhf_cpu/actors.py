@@ -40,7 +40,8 @@ def on_cpu(actor_class, *mixins):
 
 
 class FitLog:
-    """What each update trained on, one JSON line per `fit`: prompts, sample count and the per-sample info."""
+    """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info and the
+    tokens each sample puts into the loss (its action mask as the trainer got it)."""
 
     def append(self, experience):
         rows = self.__dict__.setdefault("_fit_rows", [])
@@ -48,6 +49,7 @@ class FitLog:
             {
                 "prompts": list(experience.prompts),
                 "samples": int(experience.sequences.shape[0]),
+                "loss_tokens": experience.action_mask.sum(-1).tolist(),
                 "info": {k: v.flatten().tolist() for k, v in experience.info.items() if isinstance(v, torch.Tensor)},
             }
         )

@@ -11,7 +11,9 @@ a running group is never stopped: a long trajectory simply runs its later turns 
 weights (every trajectory records the versions of its first and last token) and is consumed with
 a larger admission staleness, which is reported, and which importance-sampling correction is for.
 `on_stale="restart"` instead stops a group more than eta versions behind and starts its prompt
-afresh once (then drops it), so that no consumed trajectory is staler than eta.
+afresh once (then drops it), so that no consumed trajectory is staler than eta. `on_stale="mask"` admits
+as `keep` does and, where the trainer is told, takes out of the loss every model turn generated more than
+eta versions before the update that trains it (`stale_spans`); the trajectory's reward still counts.
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ class VersionClock:
         return self.versions[bisect.bisect_right(self.times, t) - 1]
 
 
+def stale_spans(spans, versions, train_version: int, eta: int) -> list[tuple[int, int]]:
+    """The generated spans (one per model call) whose call began more than eta versions before `train_version`,
+    the update that trains them. A call's version is the one its first token was sampled under (a lower bound, as
+    every version found by the clock is), so a turn that straddles a weight update counts as the older policy's."""
+    return [tuple(s) for s, v in zip(spans, versions, strict=True) if v is not None and train_version - v > eta]
+
+
 def token_versions(clock: VersionClock, token_times) -> dict:
     """The policy versions of a trajectory's first and last generated token (None if unknown), from the wall
     clock times of its first and last model call (`Trajectory.token_times`)."""
@@ -85,7 +94,7 @@ class StreamingScheduler:
         max_staleness: int = 1,
         keep_group: Callable[[Group], bool] | None = None,
         max_retries: int = 1,
-        on_stale: Literal["keep", "restart"] = "keep",
+        on_stale: Literal["keep", "restart", "mask"] = "keep",
         max_stale_restarts: int = 1,
         consume_lag: int = 0,
         admitted_before: int = 0,
@@ -96,8 +105,8 @@ class StreamingScheduler:
         count against the same budget since the version keeps growing across them."""
         if batch_size < 1 or max_concurrent < 1 or max_staleness < 0:
             raise ValueError("batch_size and max_concurrent must be >= 1 and max_staleness >= 0")
-        if on_stale not in ("keep", "restart"):
-            raise ValueError(f"on_stale must be 'keep' or 'restart', got {on_stale!r}")
+        if on_stale not in ("keep", "restart", "mask"):
+            raise ValueError(f"on_stale must be 'keep', 'restart' or 'mask', got {on_stale!r}")
         self.on_stale, self.consume_lag = on_stale, consume_lag
         self.run_group, self.prompts = run_group, iter(prompts)
         self.batch_size, self.max_concurrent, self.eta = batch_size, max_concurrent, max_staleness

@@ -39,7 +39,7 @@ from openrlhf.utils.logging_utils import init_logger
 
 from ..config import SchedulerConfig
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
-from .core import FatalRolloutError, Group, StreamingScheduler, token_versions
+from .core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
@@ -177,10 +177,14 @@ class StreamingSamplesGenerator(SamplesGenerator):
                 self.engine_groups[engine] -= 1
             experiences = []
             for r in responses:  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
-                versions = token_versions(self._sched.clock, r.get("token_times"))
+                clock = self._sched.clock
+                versions = token_versions(clock, r.get("token_times"))
                 e = self._process_response_into_experience(r, **generate_kwargs)
                 for key, v in versions.items():
                     e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)
+                # The version of every model call, until the batch is handed out and the training update is known.
+                turns = r.get("turn_times") or []
+                e.asearcher_turns = (list(r["action_ranges"])[: len(turns)], [clock.version_at(t) for t in turns])
                 experiences.append(e)
             return experiences
 
@@ -228,11 +232,12 @@ class StreamingSamplesGenerator(SamplesGenerator):
         except EOFError:
             groups = []
         train_version = self._handed_out
-        samples = []
+        samples, turn_versions = [], {}
         for g in groups:
             for e in g.samples:
                 e.info["policy_version_admitted"] = _tensor(g.admitted_version)
                 e.info["staleness"] = _tensor(train_version - g.admitted_version)
+                turn_versions.setdefault(g.index, []).append(self._mark_stale_turns(e, train_version))
             samples.extend(g.samples)
         if samples:
             self._handed_out += 1
@@ -243,10 +248,26 @@ class StreamingSamplesGenerator(SamplesGenerator):
         finished = sched.stats["finished"]
         pass_rate = 100.0 * (finished - sched.stats["filtered"]) / finished if finished else None
         exhausted = sched.drained()
-        self._record(groups, version, train_version, consumed, exhausted)
+        self._record(groups, version, train_version, consumed, exhausted, turn_versions)
         if exhausted:
             self._end_episode()
         return samples, pass_rate, consumed, exhausted
+
+    def _mark_stale_turns(self, e, train_version: int) -> list:
+        """Counts the generated tokens more than eta versions older than the update that trains them, and with
+        on_stale=mask takes them out of the loss. OpenRLHF's action_mask[i] marks token i + 1 (the first token has
+        no log-prob), cut to max_len; the reward is untouched, so it still counts in the group's baseline.
+        Returns the version of each model call."""
+        spans, versions = e.__dict__.pop("asearcher_turns", ([], []))
+        stale, mask = 0, e.action_mask[0]
+        for a, b in stale_spans(spans, versions, train_version, self.settings.max_staleness):
+            lo, hi = max(a - 1, 0), min(b - 1, mask.numel())
+            stale += int(mask[lo:hi].sum()) if hi > lo else 0
+            if self.settings.on_stale == "mask" and hi > lo:
+                mask[lo:hi] = 0
+        e.info["stale_tokens"] = _tensor(stale)
+        e.info["stale_tokens_masked"] = _tensor(stale if self.settings.on_stale == "mask" else 0)
+        return versions
 
     def _end_episode(self):
         sched, self._sched = self._sched, None
@@ -256,7 +277,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         self._admitted_before = sched.admitted
         self._episode += 1
 
-    def _record(self, groups, version, train_version, consumed, exhausted):
+    def _record(self, groups, version, train_version, consumed, exhausted, turn_versions):
         sched = self._sched
         self.totals["consumed_prompts"] += consumed
         staleness = [train_version - g.admitted_version for g in groups]
@@ -297,6 +318,9 @@ class StreamingSamplesGenerator(SamplesGenerator):
                     "samples": len(g.samples),
                     "first_token_version": [_num(e.info.get("policy_version_first_token")) for e in g.samples],
                     "last_token_version": [_num(e.info.get("policy_version_last_token")) for e in g.samples],
+                    "turn_versions": turn_versions.get(g.index, []),
+                    "stale_tokens": [_num(e.info.get("stale_tokens")) for e in g.samples],
+                    "stale_tokens_masked": [_num(e.info.get("stale_tokens_masked")) for e in g.samples],
                 }
                 for g in groups
             ],
