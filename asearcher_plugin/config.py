@@ -32,7 +32,7 @@ class LocalToolsConfig(_Strict):
     check_on_start: bool = Field(
         True,
         description="when OpenRLHF builds the agent in a rollout engine, fail unless "
-        "one of the urls answers /health from that node",
+        "one of the urls answers a /retrieve request from that node (any Search-R1-compatible server)",
     )
 
 

@@ -4,6 +4,9 @@ A failed search is feedback to the model, so a rollout node that cannot reach th
 on broken tools without a sign. OpenRLHF builds the agent in every rollout engine, on whatever
 node it lands; checking there turns a wrong URL (127.0.0.1 on a multi-node run, a firewall) into
 an error at start-up that names the node and the URLs.
+
+A server is reachable when it answers a real Search-R1 request (`POST /retrieve`, one query, top 1) with a result
+for that query: ours, Search-R1's and ASearcher's retrieval servers all do, and only ours has `GET /health`.
 """
 
 from __future__ import annotations
@@ -19,13 +22,26 @@ from ..config import ConfigError, LocalToolsConfig
 log = logging.getLogger(__name__)
 
 
+PROBE = {"queries": ["reachability check"], "topk": 1, "return_scores": False}
+
+
+def answers_retrieve(url: str, timeout: float) -> None:
+    """Raises unless `url` answers Search-R1's `/retrieve` with one result list for the one query sent."""
+    response = httpx.post(url.rstrip("/") + "/retrieve", json=PROBE, timeout=timeout)
+    response.raise_for_status()
+    body = response.json()
+    result = body.get("result") if isinstance(body, dict) else None
+    if not (isinstance(result, list) and len(result) == 1 and isinstance(result[0], list)):
+        raise ValueError(f"POST /retrieve answered without a result for the query: {response.text[:160]!r}")
+
+
 def check_kb_reachable(local: LocalToolsConfig, attempts: int = 3, timeout: float = 10.0) -> None:
-    """Passes when at least one server answers `GET /health`; the others are logged. Else ConfigError."""
+    """Passes when at least one server answers a `/retrieve` request; the others are logged. Else ConfigError."""
     problems: dict[str, str] = {}
     for attempt in range(attempts):
         for url in local.urls:
             try:
-                httpx.get(url.rstrip("/") + "/health", timeout=timeout).raise_for_status()
+                answers_retrieve(url, timeout)
             except (httpx.HTTPError, ValueError) as exc:
                 problems[url] = f"{type(exc).__name__}: {exc}"
                 continue
