@@ -12,8 +12,8 @@ weights (every trajectory records the versions of its first and last token) and 
 a larger admission staleness, which is reported, and which importance-sampling correction is for.
 `on_stale="restart"` instead stops a group more than eta versions behind and starts its prompt
 afresh once (then drops it), so that no consumed trajectory is staler than eta. `on_stale="mask"` admits
-as `keep` does and, where the trainer is told, takes out of the loss every model turn generated more than
-eta versions before the update that trains it (`stale_spans`); the trajectory's reward still counts.
+as `keep` does; the trainer's adapter then takes out of the loss every model turn generated more than eta
+versions before the update that trains it (`stale_spans`), while the trajectory's reward still counts.
 """
 
 from __future__ import annotations

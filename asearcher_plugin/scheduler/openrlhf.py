@@ -182,9 +182,11 @@ class StreamingSamplesGenerator(SamplesGenerator):
                 e = self._process_response_into_experience(r, **generate_kwargs)
                 for key, v in versions.items():
                     e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)
-                # The version of every model call, until the batch is handed out and the training update is known.
-                turns = r.get("turn_times") or []
-                e.asearcher_turns = (list(r["action_ranges"])[: len(turns)], [clock.version_at(t) for t in turns])
+                # The version of every model call (one per action range), kept until the batch is handed out and
+                # the update that trains it is known.
+                spans, turns = list(r.get("action_ranges") or []), r.get("turn_times") or []
+                calls = min(len(spans), len(turns))
+                e.asearcher_turns = (spans[:calls], [clock.version_at(t) for t in turns[:calls]])
                 experiences.append(e)
             return experiences
 
