@@ -227,22 +227,3 @@ def test_stale_spans_are_the_calls_more_than_eta_versions_behind_the_training_up
     assert stale_spans(spans, [3, 3, 4, 5], train_version=5, eta=2) == []
     with pytest.raises(ValueError):  # a version per span, or the spans and versions were misaligned
         stale_spans(spans, [0, 1], train_version=5, eta=2)
-
-
-def test_mask_cannot_meet_sequence_level_is_correction():
-    from types import SimpleNamespace as NS
-
-    from asearcher_plugin.config import SchedulerConfig
-    from asearcher_plugin.scheduler.settings import StreamingSettingsError, resolve_settings
-
-    def args(level):
-        return NS(
-            train=NS(async_queue_size=1, async_enable=True, partial_rollout_enable=True),
-            rollout=NS(batch_size=4),
-            algo=NS(advantage=NS(is_correction_level=level)),
-        )
-
-    assert resolve_settings(SchedulerConfig(on_stale="mask"), args("token")).on_stale == "mask"
-    with pytest.raises(StreamingSettingsError, match="is_correction_level seq"):
-        resolve_settings(SchedulerConfig(on_stale="mask"), args("seq"))
-    assert resolve_settings(SchedulerConfig(on_stale="keep"), args("seq")).max_staleness == 3

@@ -259,16 +259,25 @@ class StreamingSamplesGenerator(SamplesGenerator):
         """Counts the generated tokens more than eta versions older than the update that trains them, and with
         on_stale=mask takes them out of the loss. OpenRLHF's action_mask[i] marks token i + 1 (the first token has
         no log-prob), cut to max_len; the reward is untouched, so it still counts in the group's baseline.
-        Returns the version of each model call."""
+
+        A sample whose every turn is stale keeps its last turn: OpenRLHF 0.11.2 divides each micro-batch's metrics
+        by its action tokens (ZeroDivisionError when a micro-batch has none) and averages per-sample KL over them
+        (NaN). Those tokens count as stale and not masked. Returns the version of each model call."""
         spans, versions = e.__dict__.pop("asearcher_turns", ([], []))
-        stale, mask = 0, e.action_mask[0]
-        for a, b in stale_spans(spans, versions, train_version, self.settings.max_staleness):
+        stale_calls = stale_spans(spans, versions, train_version, self.settings.max_staleness)
+        masking = stale_calls[:-1] if stale_calls and len(stale_calls) == len(spans) else stale_calls
+        if self.settings.on_stale != "mask":
+            masking = []
+        mask, stale, masked = e.action_mask[0], 0, 0
+        for a, b in stale_calls:
             lo, hi = max(a - 1, 0), min(b - 1, mask.numel())
-            stale += int(mask[lo:hi].sum()) if hi > lo else 0
-            if self.settings.on_stale == "mask" and hi > lo:
+            tokens = int(mask[lo:hi].sum()) if hi > lo else 0
+            stale += tokens
+            if (a, b) in masking and hi > lo:
+                masked += tokens
                 mask[lo:hi] = 0
         e.info["stale_tokens"] = _tensor(stale)
-        e.info["stale_tokens_masked"] = _tensor(stale if self.settings.on_stale == "mask" else 0)
+        e.info["stale_tokens_masked"] = _tensor(masked)
         return versions
 
     def _end_episode(self):

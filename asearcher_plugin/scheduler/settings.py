@@ -26,12 +26,6 @@ def resolve_settings(settings: SchedulerConfig, args) -> SchedulerConfig:
             f"use max_staleness >= {queue} (streaming headroom is "
             f"max_staleness - async_queue_size batches)"
         )
-    if settings.on_stale == "mask" and args.algo.advantage.is_correction_level == "seq":
-        raise StreamingSettingsError(
-            "scheduler.on_stale=mask with --algo.advantage.is_correction_level seq: a trajectory whose every turn "
-            "is masked has no tokens to average its sequence-level ratio over (OpenRLHF would divide 0 by 0); "
-            "use is_correction_level token, or on_stale keep"
-        )
     return settings.model_copy(
         update={"max_staleness": eta, "max_concurrent": settings.max_concurrent or args.rollout.batch_size}
     )
