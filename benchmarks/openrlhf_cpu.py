@@ -207,7 +207,11 @@ def main() -> None:
         results = {}
         for name, overrides in modes(args).items():
             done = work / slug(name) / "result.json"
-            if done.exists() and not args.fresh and json.loads(done.read_text())["args"] == vars(args):
+            if (
+                done.exists()
+                and not args.fresh
+                and _measured(json.loads(done.read_text())["args"]) == _measured(vars(args))
+            ):
                 results[name] = json.loads(done.read_text())["result"]
                 print(f"== {name}: kept from {done}", flush=True)
                 continue
@@ -220,6 +224,11 @@ def main() -> None:
     print(
         publish("openrlhf_cpu", HEADER, table(results), note(args, results), {"args": vars(args), "results": results})
     )
+
+
+def _measured(args: dict) -> dict:
+    """The arguments that shape a run (not --fresh, which only says whether to keep finished ones)."""
+    return {k: v for k, v in args.items() if k != "fresh"}
 
 
 HEADER = [
