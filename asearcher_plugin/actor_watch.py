@@ -34,12 +34,23 @@ def failed_creations() -> list[tuple[str, str]]:
 
 
 class ActorWatch(threading.Thread):
-    """While `train()` runs: on the first actor that failed to start, record why and interrupt the main thread."""
+    """While `train()` runs: on the first actor that failed to start, record why and interrupt the main thread.
+
+    Start and stop it from the main thread. A process started in the background by a shell (`nohup ... &`) inherits
+    SIGINT ignored, and Python then never raises KeyboardInterrupt: while the watch runs, SIGINT gets Python's own
+    handler, and the ignoring is put back when it stops."""
 
     def __init__(self, interval: float = 5.0):
         super().__init__(name="asearcher-actor-watch", daemon=True)
         self.interval, self.failure = interval, None
         self._halt = threading.Event()
+        self._ignored = False
+
+    def start(self) -> None:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._ignored = True
+        super().start()
 
     def run(self) -> None:
         while not self._halt.wait(self.interval):
@@ -55,3 +66,6 @@ class ActorWatch(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
+        if self._ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self._ignored = False

@@ -64,3 +64,20 @@ def test_the_watch_stays_quiet_while_actors_are_healthy(local_ray):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert not interrupted and watch.failure is None and not watch.is_alive()
+
+
+def test_a_run_started_in_the_background_can_still_be_interrupted(local_ray):
+    """`nohup asearcher train ... &`: the shell starts the process with SIGINT ignored."""
+    from asearcher_plugin.actor_watch import ActorWatch
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        watch = ActorWatch(interval=60)
+        watch.start()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)  # what the watch sends when an actor failed to start
+            time.sleep(1.0)
+        watch.stop()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
