@@ -80,11 +80,11 @@ class RetrievalClient:
     async def retrieve(self, queries: list[str], topk: int = 5, return_scores: bool = True) -> list[list[dict]]:
         payload = {"queries": list(queries), "topk": topk, "return_scores": return_scores}
         data = await self._client.post_json("/retrieve", payload)
-        return _checked(data, len(queries), "/retrieve")
+        return checked_result(data, len(queries), "/retrieve")
 
     async def access(self, urls: list[str]) -> list[dict | None]:
         data = await self._client.post_json("/access", {"urls": list(urls)})
-        return _checked(data, len(urls), "/access")
+        return checked_result(data, len(urls), "/access")
 
     async def health(self, url: str | None = None) -> dict:
         resp = await self._client.http.get((url or self.urls[0]).rstrip("/") + "/health")
@@ -99,7 +99,8 @@ class RetrievalClient:
         return self._client.stats()
 
 
-def _checked(data: dict, n: int, path: str) -> list:
+def checked_result(data: dict, n: int, path: str) -> list:
+    """The `result` list of a `/retrieve` or `/access` reply, one entry per item asked for; else RetrievalError."""
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list) or len(result) != n:
         got = len(result) if isinstance(result, list) else type(result).__name__

@@ -265,15 +265,15 @@ class StreamingSamplesGenerator(SamplesGenerator):
         (NaN). Those tokens count as stale and not masked. Returns the version of each model call."""
         spans, versions = e.__dict__.pop("asearcher_turns", ([], []))
         stale_calls = stale_spans(spans, versions, train_version, self.settings.max_staleness)
-        masking = stale_calls[:-1] if stale_calls and len(stale_calls) == len(spans) else stale_calls
-        if self.settings.on_stale != "mask":
-            masking = []
+        masking = len(stale_calls) if self.settings.on_stale == "mask" else 0
+        if masking and len(stale_calls) == len(spans):
+            masking -= 1  # every turn stale: the last one stays
         mask, stale, masked = e.action_mask[0], 0, 0
-        for a, b in stale_calls:
+        for i, (a, b) in enumerate(stale_calls):
             lo, hi = max(a - 1, 0), min(b - 1, mask.numel())
             tokens = int(mask[lo:hi].sum()) if hi > lo else 0
             stale += tokens
-            if (a, b) in masking and hi > lo:
+            if i < masking and hi > lo:
                 masked += tokens
                 mask[lo:hi] = 0
         e.info["stale_tokens"] = _tensor(stale)

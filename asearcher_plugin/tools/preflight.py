@@ -17,6 +17,8 @@ import time
 
 import httpx
 
+from local_retriever.client import RetrievalError, checked_result
+
 from ..config import ConfigError, LocalToolsConfig
 
 log = logging.getLogger(__name__)
@@ -29,9 +31,11 @@ def answers_retrieve(url: str, timeout: float) -> None:
     """Raises unless `url` answers Search-R1's `/retrieve` with one result list for the one query sent."""
     response = httpx.post(url.rstrip("/") + "/retrieve", json=PROBE, timeout=timeout)
     response.raise_for_status()
-    body = response.json()
-    result = body.get("result") if isinstance(body, dict) else None
-    if not (isinstance(result, list) and len(result) == 1 and isinstance(result[0], list)):
+    try:
+        (hits,) = checked_result(response.json(), 1, "/retrieve")
+    except RetrievalError as exc:
+        hits = exc
+    if not isinstance(hits, list):
         raise ValueError(f"POST /retrieve answered without a result for the query: {response.text[:160]!r}")
 
 
