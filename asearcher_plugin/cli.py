@@ -88,7 +88,7 @@ def train(
     recipe: str = typer.Argument(
         ...,
         help="a packaged recipe (cpu_tiny, local_7b_1node, local_7b_16nodes, "
-        "local_14b_2nodes, web_qwq32b) or a recipe YAML path",
+        "local_7b_long, local_14b_2nodes, web_qwq32b) or a recipe YAML path",
     ),
     set_: list[str] = typer.Option(
         [], "--set", help="override, e.g. openrlhf.rollout.batch_size=64 or agent.max_turns=16"

@@ -168,6 +168,13 @@ class AgentConfig(_Strict):
     )
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    training_sequences: Literal["trajectory", "per_call"] = Field(
+        "trajectory",
+        description="what OpenRLHF trains on: one growing token sequence per trajectory (capped by --data.max_len), "
+        "or ASearcher's per-call sequences (a call that extends the previous context is merged into it, a "
+        "changed context starts a new sequence; --data.max_len then caps each call, and the reasoning agent and "
+        "ASearcher's page stubs train); per_call needs the streaming scheduler",
+    )
 
     @field_validator("prompt_template")
     @classmethod

@@ -38,8 +38,9 @@ from asearcher_plugin.agent.prompts import (
     reasoning_prompt,
     template_for,
 )
+from asearcher_plugin.agent.sequences import CallRecords
 from asearcher_plugin.agent.transcript import Transcript
-from asearcher_plugin.agent_file import NO_STREAMING
+from asearcher_plugin.agent_file import NO_STREAMING, PER_CALL_NEEDS_SCHEDULER
 from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory, flat_logs
@@ -81,6 +82,7 @@ class AgentInstance(AgentInstanceBase):
         self.allowed = ALLOWED_ACTIONS[self.config.agent_type]
         self.turns = self.searches = self.accesses = self.invalid = self.tool_errors = 0
         self.generated_tokens = 0  # the model's tokens over all calls, counted by the executor
+        self.generated_chars = 0  # and the characters of their text
         self.tool_seconds = 0.0
         self.answer: str | None = None
         self.ended_without_action = False
@@ -277,6 +279,7 @@ class AgentInstance(AgentInstanceBase):
             "tool_errors": float(self.tool_errors),
             "tool_seconds": round(self.tool_seconds, 4),
             "generated_tokens": float(self.generated_tokens),
+            "generated_chars": float(self.generated_chars),
             "answered": float(self.answer is not None),
             "answer_chars": float(len(self.answer or "")),
             "ended_without_action": float(self.ended_without_action),
@@ -314,18 +317,22 @@ class AgentExecutor(AgentExecutorBase):
             from asearcher_plugin.tools.preflight import check_kb_reachable
 
             check_kb_reachable(self.config.tools.local)
-        if for_training and self.config.agent_type == "asearcher-reasoning":
-            # Its prompt is rebuilt from the question and the last 25,000 characters of history at
-            # every call, so the trajectory is not one token sequence: OpenRLHF could not mask or
-            # score it. It serves evaluation and synthesis (for_training=False).
+        # Per-call sequences (ASearcher's training): a trajectory is one or several token sequences, each what
+        # some calls saw and generated, so a context that changes between calls can be trained.
+        self.per_call = for_training and self.config.training_sequences == "per_call"
+        if self.per_call and (without_launcher or (config is None and not os.environ.get(RUN_CONFIG_ENV))):
+            raise ConfigError(PER_CALL_NEEDS_SCHEDULER)
+        if for_training and not self.per_call and self.config.agent_type == "asearcher-reasoning":
+            # Its prompt is rebuilt from the question and the recent history at every call, so the
+            # trajectory is not one token sequence.
             raise ConfigError(
-                "agent_type 'asearcher-reasoning' rebuilds its prompt each call and cannot be trained "
-                "through OpenRLHF; use 'asearcher' or 'search-r1' for training"
+                "agent_type 'asearcher-reasoning' rebuilds its prompt each call: train it with "
+                "agent.training_sequences: per_call (one training sequence per context)"
             )
-        # ASearcher shows a page chunk whole to the one call after it and only its stub to later calls.
-        # That changes the context of tokens already generated, so it is done only where no training
-        # sequence is built (evaluation, synthesis); a training sequence keeps every chunk whole.
-        self.stub_blocks = not for_training and self.config.tools.observation_format == "asearcher"
+        # ASearcher shows a page chunk whole to the one call after it and only its stub to later calls. That
+        # changes the context of tokens already generated: one growing training sequence must keep every chunk
+        # whole; per-call sequences start a new sequence there.
+        self.stub_blocks = (not for_training or self.per_call) and self.config.tools.observation_format == "asearcher"
         self._toolboxes: dict[int, object] = {}  # one per event loop: HTTP clients are loop-bound
 
     def _toolbox(self):
@@ -351,6 +358,7 @@ class AgentExecutor(AgentExecutorBase):
         agent = AgentInstance(self.config, self._toolbox())
         transcript = await self._start(agent, prompt, label, sampling_params, max_length, hf_tokenizer)
         cap, eos_id = self.config.max_new_tokens_per_turn, getattr(hf_tokenizer, "eos_token_id", None)
+        records = CallRecords(want_logprobs(sampling_params)) if self.per_call else None
         truncated, done, reward = False, False, 0.0
         call_starts: list[float] = []  # wall clock of each model call, mapped to policy versions by the scheduler
         last_token_at = None
@@ -365,8 +373,11 @@ class AgentExecutor(AgentExecutorBase):
             call_starts.append(time.time())
             out = (await llm_engine.generate(transcript.tokens, params)).outputs[0]
             last_token_at = time.time()
+            if records is not None:
+                records.add(transcript.tokens, out, call_starts[-1], last_token_at)
             transcript.add_turn(out)
             agent.generated_tokens += len(out.token_ids)
+            agent.generated_chars += len(out.text)
             if out.finish_reason == "length" and len(transcript.tokens) >= max_length:
                 truncated = True
                 break
@@ -392,6 +403,7 @@ class AgentExecutor(AgentExecutorBase):
             rollout_log_probs=transcript.logprobs,
             token_times=[call_starts[0] if call_starts else None, last_token_at],
             turn_times=call_starts,
+            sequences=records.to_openrlhf() if records is not None else None,
             images=images,
         )
 
@@ -403,7 +415,7 @@ class AgentExecutor(AgentExecutorBase):
         tokens = hf_tokenizer(text=observation, add_special_tokens=False)["input_ids"]
         cap = self.config.max_new_tokens_per_turn
         tokens = tokens[-max(1, max_length - min(cap, max_length // 2)) :]
-        return Transcript.start(observation, tokens, getattr(sampling_params, "logprobs", None) is not None)
+        return Transcript.start(observation, tokens, want_logprobs(sampling_params))
 
     def _add_feedback(self, transcript: Transcript, result: dict, hf_tokenizer, max_length: int) -> None:
         feedback = result["environment_feedback"]
@@ -422,6 +434,7 @@ class AgentExecutor(AgentExecutorBase):
         agent = AgentInstance(self.config, self._toolbox())
         agent.question = prompt = scrub(prompt)
         history, done, calls, tokens_used = "", False, 0, 0
+        records = CallRecords(want_logprobs(sampling_params)) if self.per_call else None
         fresh = fresh_short = ""  # the last tool output: whole for the next call only, then its short form
         while not done:
             text = reasoning_prompt(prompt, history + fresh, agent.template)
@@ -432,10 +445,14 @@ class AgentExecutor(AgentExecutorBase):
             params = with_overrides(
                 sampling_params, max_tokens=max(1, budget), stop=agent.stop, include_stop_str_in_output=True
             )
+            started = time.time()
             out = (await llm_engine.generate(ids, params)).outputs[0]
+            if records is not None:
+                records.add(ids, out, started, time.time())
             calls += 1
             tokens_used += len(ids) + len(out.token_ids)
             agent.generated_tokens += len(out.token_ids)
+            agent.generated_chars += len(out.text)
             result = await agent.step({"action_text": out.text, "label": label})
             done = result["done"]
             history += fresh_short + out.text
@@ -450,7 +467,12 @@ class AgentExecutor(AgentExecutorBase):
             stats=stats,
             answer=agent.answer,
             text=history,
+            sequences=records.to_openrlhf() if records is not None else None,
         )
+
+
+def want_logprobs(sampling_params) -> bool:
+    return getattr(sampling_params, "logprobs", None) is not None
 
 
 def ended_at_eos(out, eos_id: int | None, stops=STOP_STRINGS) -> bool:

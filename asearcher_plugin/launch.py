@@ -90,7 +90,7 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
         except openrlhf_cpu.HarnessMissing as exc:
             raise LaunchError(str(exc)) from None
     try:
-        args, settings = check_run(argv, config.scheduler)
+        args, settings = check_run(argv, config.scheduler, config.agent.training_sequences)
         if cpu:
             openrlhf_cpu.check_args(args)
     except RecipeFlagError:
@@ -112,7 +112,7 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     if settings is not None:
         from .scheduler.openrlhf import install
 
-        install(settings)
+        install(settings, per_call=config.agent.training_sequences == "per_call")
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     watch = ActorWatch()
     watch.start()

@@ -52,8 +52,28 @@ class CheckedRecipe(BaseModel):
     argv: list[str]
     args: object
     scheduler: SchedulerConfig | None  # None: OpenRLHF's own generator runs (no async, or scheduler.enable false)
+    agent: AgentConfig | None = None
 
     def summary(self) -> str:
+        return "\n".join(line for line in (self._streaming(), self._budgets()) if line)
+
+    def _budgets(self) -> str:
+        if self.agent is None:
+            return ""
+        a, max_len = self.agent, self.args.data.max_len
+        turn = f"up to {a.max_new_tokens_per_turn} generated"
+        if a.training_sequences == "per_call":
+            return (
+                f"token budgets (per_call sequences): each call {max_len} tokens (its context and {turn}); each "
+                f"trajectory {a.max_turns} calls, {a.max_turns * a.max_new_tokens_per_turn} generated tokens at most, "
+                f"trained as one or more sequences of at most {max_len} tokens each"
+            )
+        return (
+            f"token budgets (one sequence per trajectory): the whole trajectory {max_len} tokens (prompt, "
+            f"{a.max_turns} calls of {turn}, tool output); a longer one ends truncated"
+        )
+
+    def _streaming(self) -> str:
         if self.scheduler is None:
             return "streaming scheduler: off (OpenRLHF's own generator)"
         s, n, engines = self.scheduler, self.args.rollout.n_samples_per_prompt, self.args.vllm.num_engines
@@ -148,7 +168,7 @@ class Recipe(BaseModel):
             if problems := flag_problems(self.openrlhf):
                 raise RecipeError("; ".join(f"{self.source}: openrlhf.{p.flag}: {p.message}" for p in problems))
             argv = self.argv()
-            args, scheduler = check_run(argv, self.scheduler)
+            args, scheduler = check_run(argv, self.scheduler, self.agent.training_sequences)
         except RecipeFlagError as exc:
             field = f"openrlhf.{exc.flag}: " if exc.flag else ""
             raise RecipeError(f"{self.source}: {field}{exc.message}") from None
@@ -156,23 +176,23 @@ class Recipe(BaseModel):
             if isinstance(exc, RecipeError):
                 raise
             raise RecipeError(f"{self.source}: {exc}") from None
-        return CheckedRecipe(argv=argv, args=args, scheduler=scheduler)
+        return CheckedRecipe(argv=argv, args=args, scheduler=scheduler, agent=self.agent)
 
 
-def check_run(argv: list[str], scheduler: SchedulerConfig):
+def check_run(argv: list[str], scheduler: SchedulerConfig, training_sequences: str = "trajectory"):
     """OpenRLHF's parsed args and the resolved scheduler settings (None when OpenRLHF's generator runs).
 
     Raises RecipeFlagError (OpenRLHF refuses the flags) or StreamingSettingsError; the launcher runs the same
     checks on flags given without a recipe.
     """
     from .openrlhf_args import check_args
+    from .scheduler.settings import check_per_call, resolve_settings
 
     args = check_args(argv)
-    if not (scheduler.enable and args.train.async_enable):
-        return args, None
-    from .scheduler.settings import resolve_settings
-
-    return args, resolve_settings(scheduler, args)
+    settings = resolve_settings(scheduler, args) if scheduler.enable and args.train.async_enable else None
+    if training_sequences == "per_call":
+        check_per_call(args, settings)
+    return args, settings
 
 
 def agent_path(spec: str) -> str:

@@ -46,6 +46,9 @@ class Trajectory:
     rollout_log_probs: list[float] | None = None
     token_times: list | None = None  # wall clock of the first and the last model call: [start, end]
     turn_times: list[float] | None = None  # wall clock when each model call began, one per action range
+    # agent.training_sequences per_call: OpenRLHF's per-sequence fields (observation_tokens, action_ranges,
+    # rollout_log_probs, token_times, turn_times) of each sequence, in call order
+    sequences: list[dict] | None = None
     images: Any = None
     mm_train_inputs: Any = None
 
@@ -80,6 +83,7 @@ class Trajectory:
             "text": self.text,
             "token_times": self.token_times,
             "turn_times": self.turn_times,
+            "sequences": self.sequences,
         }
 
 

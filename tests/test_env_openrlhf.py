@@ -219,13 +219,13 @@ def test_step_never_raises_on_adversarial_output():
     check()
 
 
-def test_reasoning_agent_is_refused_for_training_and_runs_for_eval(tiny_model, kb_server):
+def test_reasoning_agent_is_refused_for_single_sequence_training_and_runs_for_eval(tiny_model, kb_server):
     from asearcher_plugin.config import AgentConfig, ConfigError
     from asearcher_plugin.env import AgentExecutor
 
     config = AgentConfig(agent_type="asearcher-reasoning", max_turns=3, max_new_tokens_per_turn=16)
     config.tools.local.urls = [kb_server]
-    with pytest.raises(ConfigError, match="cannot be trained"):
+    with pytest.raises(ConfigError, match="train it with agent.training_sequences: per_call"):
         AgentExecutor(config)
     engine = HFEngine(str(tiny_model), seed=2)
     result = asyncio.run(

@@ -43,6 +43,7 @@ def test_the_function_gets_question_answer_label_and_counters_and_its_value_is_t
     assert counters["turns"] == 2 and counters["searches"] == 1 and counters["invalid_actions"] == 0
     expected_tokens = sum(len(tokenizer(text=t, add_special_tokens=False)["input_ids"]) for t, _ in turns)
     assert counters["generated_tokens"] == expected_tokens
+    assert counters["generated_chars"] == len("<search>Angola coast</search>") + len("<answer>Atlantic</answer>")
     assert out.reward == 1.25  # 0.25 + one search, as the function computes; not the F1 of "Atlantic"
     assert out.scores["f1"] == pytest.approx(2 / 3)  # the metric is still logged beside it
     assert out.to_openrlhf()["reward"] == 1.25

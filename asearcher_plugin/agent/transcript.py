@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .sequences import call_logprobs
+
 
 @dataclass
 class Transcript:
@@ -30,8 +32,7 @@ class Transcript:
         self.action_ranges.append((len(self.tokens), len(self.tokens) + len(out.token_ids)))
         self.tokens.extend(out.token_ids)
         if self.logprobs is not None:
-            self.logprobs += [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs or [])]
-            self.logprobs += [0.0] * (len(self.tokens) - len(self.logprobs))
+            self.logprobs += call_logprobs(out)
         self.texts.append(out.text)
         if self.pending_stub is not None:
             self._stub(*self.pending_stub)

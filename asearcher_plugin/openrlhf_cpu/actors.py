@@ -50,6 +50,13 @@ class FitLog:
                 "prompts": list(experience.prompts),
                 "samples": int(experience.sequences.shape[0]),
                 "loss_tokens": experience.action_mask.sum(-1).tolist(),
+                # the advantage of each sample's first loss token (one value per sample with group estimators)
+                "advantages": [
+                    float(adv[mask.bool()][0]) if mask.any() else None
+                    for adv, mask in zip(experience.advantages, experience.action_mask)
+                ]
+                if experience.advantages is not None
+                else None,
                 "info": {k: v.flatten().tolist() for k, v in experience.info.items() if isinstance(v, torch.Tensor)},
             }
         )

@@ -40,6 +40,7 @@ from openrlhf.utils.logging_utils import init_logger
 from ..config import SchedulerConfig
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
 from .core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
+from .per_call import GROUP_KEY, TRAJECTORY_KEY, PerCallPolicy, PerCallTrainer, mixed
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
@@ -100,9 +101,10 @@ async def await_group(ref):
 
 
 class StreamingSamplesGenerator(SamplesGenerator):
-    def __init__(self, *args, settings: SchedulerConfig, **kwargs):
+    def __init__(self, *args, settings: SchedulerConfig, per_call: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = settings
+        self.per_call = per_call
         self.trainer_steps = TrainerSteps(prefilled=self.args.train.async_queue_size)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sched: StreamingScheduler | None = None
@@ -151,7 +153,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         def keep(group: Group) -> bool:
             if not args.algo.dynamic_filtering_enable:
                 return True
-            scores = [e.scores[0].item() for e in group.samples if e.scores is not None]
+            scores = [e.scores[0].item() for e in first_sequences(group.samples) if e.scores is not None]
             return not scores or low < sum(scores) / len(scores) < high
 
         def prompts():
@@ -176,18 +178,12 @@ class StreamingSamplesGenerator(SamplesGenerator):
             finally:
                 self.engine_groups[engine] -= 1
             experiences = []
-            for r in responses:  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
-                clock = self._sched.clock
-                versions = token_versions(clock, r.get("token_times"))
-                e = self._process_response_into_experience(r, **generate_kwargs)
-                for key, v in versions.items():
-                    e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)
-                # The version of every model call (one per action range), kept until the batch is handed out and
-                # the update that trains it is known.
-                spans, turns = list(r.get("action_ranges") or []), r.get("turn_times") or []
-                calls = min(len(spans), len(turns))
-                e.asearcher_turns = (spans[:calls], [clock.version_at(t) for t in turns[:calls]])
-                experiences.append(e)
+            for trajectory, r in enumerate(responses):  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
+                # per_call: one sample per sequence, each with the trajectory's reward and extra_logs
+                for piece in [{**r, **seq} for seq in r["sequences"]] if r.get("sequences") else [r]:
+                    e = self._sample(piece, generate_kwargs)
+                    e.asearcher_trajectory = trajectory
+                    experiences.append(e)
             return experiences
 
         async def build():
@@ -205,6 +201,19 @@ class StreamingSamplesGenerator(SamplesGenerator):
 
         self._drawn_reported = self._replayed = 0
         return self._run(build())
+
+    def _sample(self, piece: dict, generate_kwargs):
+        """One OpenRLHF sample (OpenRLHF's own conversion) with the policy versions of its tokens."""
+        clock = self._sched.clock
+        e = self._process_response_into_experience(piece, **generate_kwargs)
+        for key, v in token_versions(clock, piece.get("token_times")).items():
+            e.info[f"policy_version_{key.removesuffix('_version')}"] = _tensor(-1 if v is None else v)
+        # The version of every model call (one per action range), kept until the batch is handed out and the
+        # update that trains it is known.
+        spans, turns = list(piece.get("action_ranges") or []), piece.get("turn_times") or []
+        calls = min(len(spans), len(turns))
+        e.asearcher_turns = (spans[:calls], [clock.version_at(t) for t in turns[:calls]])
+        return e
 
     # -- dispatch --------------------------------------------------------------------------
     def _engine_call(self, generate_kwargs) -> dict:
@@ -234,12 +243,16 @@ class StreamingSamplesGenerator(SamplesGenerator):
         except EOFError:
             groups = []
         train_version = self._handed_out
-        samples, turn_versions = [], {}
-        for g in groups:
+        samples, turn_versions, trajectories = [], {}, 0
+        for j, g in enumerate(groups):
             for e in g.samples:
                 e.info["policy_version_admitted"] = _tensor(g.admitted_version)
                 e.info["staleness"] = _tensor(train_version - g.admitted_version)
                 turn_versions.setdefault(g.index, []).append(self._mark_stale_turns(e, train_version))
+                if self.per_call:  # which trajectory and group each sequence is, for the trainer's advantages
+                    e.info[TRAJECTORY_KEY] = _tensor(trajectories + e.asearcher_trajectory)
+                    e.info[GROUP_KEY] = _tensor(j)
+            trajectories += 1 + max((e.asearcher_trajectory for e in g.samples), default=-1)
             samples.extend(g.samples)
         if samples:
             self._handed_out += 1
@@ -352,6 +365,18 @@ class _CallRecorder:
         self.generate_responses = self._Method(lambda **kwargs: kwargs)
 
 
+def first_sequences(samples: list) -> list:
+    """One sample per trajectory (its first sequence): what per-trajectory statistics count."""
+    seen: set = set()
+    firsts = []
+    for e in samples:
+        key = getattr(e, "asearcher_trajectory", id(e))
+        if key not in seen:
+            seen.add(key)
+            firsts.append(e)
+    return firsts
+
+
 def _tensor(v):
     import torch
 
@@ -366,11 +391,12 @@ def _text(prompt) -> str:
     return prompt if isinstance(prompt, str) else repr(prompt)
 
 
-def streaming_actor_class(settings: SchedulerConfig):
+def streaming_actor_class(settings: SchedulerConfig, per_call: bool = False):
     """A subclass of OpenRLHF's generator actor carrying `settings`; made per run so they travel with it."""
 
     class StreamingGenerateSamplesActor(stock_generator_actor().__ray_actor_class__):
         scheduler_settings = settings
+        per_call_sequences = per_call
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -382,6 +408,7 @@ def streaming_actor_class(settings: SchedulerConfig):
                 tokenizer=stock.tokenizer,
                 vllm_engines=stock.vllm_engines,
                 settings=self.scheduler_settings,
+                per_call=self.per_call_sequences,
             )
             self.rollout_slots = SlotTap(self.rollout_slots, self.samples_generator.trainer_steps)
 
@@ -403,7 +430,7 @@ def _ray_job() -> str | None:
     return f"{context.get_job_id()}@{context.get_node_id()[:12]}"
 
 
-def install(settings: SchedulerConfig) -> None:
+def install(settings: SchedulerConfig, per_call: bool = False) -> None:
     """In the driver, after `ray.init()` and before `train()`: OpenRLHF's async trainer will build the streaming
     generator actor.
 
@@ -423,8 +450,23 @@ def install(settings: SchedulerConfig) -> None:
         )
     check_contract()
     stock_generator_actor()
-    async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings))
+    async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings, per_call))
+    _restore_per_call()  # an earlier job's
+    if per_call:  # the trainer's advantages and the policy's optimizer steps, per trajectory (per_call.py)
+        from openrlhf.trainer.ray import ppo_actor
+
+        _STOCK["trainer"], _STOCK["policy"] = async_trainer.TrainingActor, ppo_actor.PolicyModelActor
+        async_trainer.TrainingActor = mixed(async_trainer.TrainingActor, PerCallTrainer)
+        ppo_actor.PolicyModelActor = mixed(ppo_actor.PolicyModelActor, PerCallPolicy)
     _STOCK["job"] = job
+
+
+def _restore_per_call() -> None:
+    if "trainer" in _STOCK:
+        from openrlhf.trainer.ray import ppo_actor
+
+        async_trainer.TrainingActor = _STOCK.pop("trainer")
+        ppo_actor.PolicyModelActor = _STOCK.pop("policy")
 
 
 def uninstall() -> None:
@@ -437,4 +479,5 @@ def uninstall() -> None:
             "using it: ray.shutdown() first"
         )
     async_trainer.GenerateSamplesActor = _STOCK["actor"]
+    _restore_per_call()
     _STOCK.pop("job", None)

@@ -29,3 +29,27 @@ def resolve_settings(settings: SchedulerConfig, args) -> SchedulerConfig:
     return settings.model_copy(
         update={"max_staleness": eta, "max_concurrent": settings.max_concurrent or args.rollout.batch_size}
     )
+
+
+def check_per_call(args, settings: SchedulerConfig | None) -> None:
+    """What `agent.training_sequences: per_call` needs of the run (see scheduler/per_call.py)."""
+    problems = []
+    if settings is None:
+        problems.append(
+            "the streaming scheduler (scheduler.enable with --train.async_enable and --train.partial_rollout_enable): "
+            "its trainer hooks weigh a trajectory's sequences as one trajectory"
+        )
+    if args.train.dynamic_batch_enable:
+        problems.append(
+            "no --train.dynamic_batch_enable: OpenRLHF's dynamic batches take a fixed number of samples per optimizer "
+            "step and would leave out sequences; per_call balances the batch's sequences over its steps by tokens"
+        )
+    if args.reward.overlong_buffer_len is not None or args.reward.stop_properly_penalty_coef is not None:
+        problems.append(
+            "no --reward.overlong_buffer_len / --reward.stop_properly_penalty_coef: they judge one sample's length, "
+            "and a per-call sequence is part of a trajectory"
+        )
+    if args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt < 2:
+        problems.append("rloo with --rollout.n_samples_per_prompt >= 2")
+    if problems:
+        raise StreamingSettingsError("agent.training_sequences: per_call needs " + "; ".join(problems))
