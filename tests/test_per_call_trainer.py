@@ -194,6 +194,6 @@ def test_dry_run_states_the_per_call_and_per_trajectory_budgets():
     from asearcher_plugin.recipe import Recipe
 
     long = Recipe.load("local_7b_long").check().summary()
-    assert "each call 16000 tokens" in long and "each trajectory 128 calls" in long
+    assert "each call 32768 tokens" in long and "each trajectory 128 calls" in long
     single = Recipe.load("cpu_tiny").check().summary()
     assert "the whole trajectory 1024 tokens" in single
