@@ -223,9 +223,25 @@ def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, k
     assert all(r["stats"]["stale_dropped"] == r["stats"]["stale_restarted"] == 0 for r in trace)
 
 
-# Per-call sequences through OpenRLHF's train(): the reasoning agent (a rebuilt prompt at every call, so a new
-# sequence per call) on the scripted workload (1-6 turns a trajectory), rewarded by length, so trajectories differ.
+# Per-call sequences through OpenRLHF's train(), on the scripted workload (1-6 planned searches a trajectory), rewarded
+# by length so trajectories differ: the reasoning agent (a rebuilt prompt at every call, so a new sequence per call),
+# and the asearcher agent in ASearcher's format opening each search's first result (its chunk shown whole to the
+# summary call, then a stub: the calls after it start a new sequence).
 PER_CALL_WORKLOAD = {"max_turns": 6, "turns_scale": 1.0, "pareto_alpha": 1.0, "tokens_per_turn": 4}
+PER_CALL_AGENTS = {
+    "reasoning": (["agent.agent_type=asearcher-reasoning"], {}),
+    # at most 2 searches (the plan counts the template's example search), each page chunk (25,000 characters, ~5k
+    # tokens) shown whole once: every call fits 8,192 tokens
+    "asearcher-stubs": (
+        ["agent.tools.observation_format=asearcher", "agent.max_turns=16"],
+        {"read_pages": True, "max_turns": 3},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def per_call_prompts(tmp_path_factory):
+    return sample_prompts(tmp_path_factory.mktemp("per_call") / "prompts.jsonl", 2 * BATCH)
 
 
 def trajectories_of(fit: dict) -> list[list[dict]]:
@@ -245,27 +261,31 @@ def trajectories_of(fit: dict) -> list[list[dict]]:
     return out
 
 
-def test_per_call_sequences_train_as_trajectories(tmp_path, tiny_model, kb_server, learning_prompts):
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("agent", PER_CALL_AGENTS)
+def test_per_call_sequences_train_as_trajectories(tmp_path, tiny_model, kb_server, per_call_prompts, agent):
     from asearcher_plugin.openrlhf_cpu import scripted
     from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
 
+    overrides, workload = PER_CALL_AGENTS[agent]
     train(
         tmp_path,
         tiny_model,
         kb_server,
-        learning_prompts,
+        per_call_prompts,
         f"openrlhf.train.agent_func_path={scripted.__file__}",
-        "agent.agent_type=asearcher-reasoning",
         "agent.training_sequences=per_call",
         "agent.max_turns=6",
         "agent.tools.topk=1",
         "agent.tools.max_doc_chars=50",
         "agent.reward.function=asearcher_plugin.openrlhf_cpu.learnable:brevity",
-        env={WORKLOAD_ENV: json.dumps(PER_CALL_WORKLOAD)},
+        "openrlhf.data.max_len=8192",  # the tiny model's positions
+        *overrides,
+        env={WORKLOAD_ENV: json.dumps({**PER_CALL_WORKLOAD, **workload})},
     )
     trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
-    assert len(fits) == len(trace) == LEARN_PROMPTS // BATCH
+    assert len(fits) == len(trace) == 2
     split = 0
     for row, fit in zip(trace, fits):
         trajectories = trajectories_of(fit)
@@ -277,6 +297,7 @@ def test_per_call_sequences_train_as_trajectories(tmp_path, tiny_model, kb_serve
             assert t[0]["reward"] == pytest.approx(1 - t[0]["generated_chars"] / 1024, abs=1e-6)  # logged unshaped
             # the loss covers exactly what the model generated, over all the trajectory's sequences
             assert sum(r["loss"] for r in t) == t[0]["generated_tokens"] and len(t) <= t[0]["turns"]
+            assert not t[0]["truncated"]
             split += len(t) > 1
         # group_norm over the n = 2 trajectories of a prompt, each counted once: +-1/sqrt(2), or 0 when equal
         for a, b in zip(trajectories[::2], trajectories[1::2], strict=True):

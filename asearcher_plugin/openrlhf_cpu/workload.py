@@ -5,8 +5,10 @@ clipped to [1, max_turns]: most are short, a few long, as ASearcher's are. Every
 engine: it decodes exactly `tokens_per_turn` tokens of the growing trajectory (prefill, continuous batching, pauses
 for weight updates included); the tokens the agent then keeps are scripted: a real KB search with the question for
 every turn but the last, then an answer. The plan of a trajectory rides in its first action (`<think>plan
-N</think>`). So what is measured is how well a scheduler keeps engines busy with trajectories of unequal length,
-not what a random model happens to write. `scripted.py` is the agent file that uses it.
+N</think>`); the searches it counts include the example search in the packaged prompt templates, so a trajectory
+searches fewer times than its plan. So what is measured is how well a scheduler keeps engines busy with
+trajectories of unequal length, not what a random model happens to write. `scripted.py` is the agent file that
+uses it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Workload:
     # about the same however many requests share a GPU engine within its batch capacity (a CPU decode does not).
     turn_seconds: float = 0.0
     query_words: int = 12  # words of the question sent as the search query (the kept tokens are trained on)
+    # After each search, open its first result (ASearcher's observation format: `[Doc 1](url):`) and, when the agent
+    # asks for a summary of what it was shown (stop `</think>`), write one. Opening a page does not use up the plan.
+    read_pages: bool = False
     seed: int = 0
 
     @classmethod
@@ -70,6 +75,10 @@ class ScriptedEngine:
         head = "" if found else f"<think>plan {turns_left}</think>"
         query = " ".join(question.split()[: self.w.query_words])
         action = f"<search>{query}</search>" if turns_left > 1 else "<answer>unknown</answer>"
+        if self.w.read_pages and list(params.stop or []) == ["</think>"]:
+            head, action = "", "Noted.</think>"
+        elif self.w.read_pages and (url := _opened_next(text)):
+            head, action = "", f"<access>{url}</access>"
         ids = self.tokenizer(head + action, add_special_tokens=False)["input_ids"]
         ids = ids[: max(1, params.max_tokens or len(ids))]
         n = self.w.tokens_per_turn
@@ -79,8 +88,21 @@ class ScriptedEngine:
             if self.w.turn_seconds:
                 await asyncio.sleep(self.w.turn_seconds)
         logprobs = [{t: Logprob(0.0, rank=1)} for t in ids] if params.logprobs is not None else None
-        out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", "</search>", logprobs, 0.0)
+        stop = action[action.rfind("</") :]
+        out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", stop, logprobs, 0.0)
         return RequestOutput("", list(prompt_token_ids), [out])
+
+
+_FIRST_RESULT = re.compile(r"\[Doc 1\]\((\S+?)\):")
+
+
+def _opened_next(text: str) -> str | None:
+    """The first result of the last search, if the model has not opened anything since that search."""
+    last = text.rfind("</search>")
+    if last < 0 or text.rfind("<access>") > last:
+        return None
+    found = _FIRST_RESULT.search(text, last)
+    return found.group(1) if found else None
 
 
 class BusyClock:
