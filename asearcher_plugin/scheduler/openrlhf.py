@@ -1,4 +1,5 @@
-"""The streaming scheduler inside OpenRLHF 0.11.2's async trainer. Every touch of OpenRLHF internals is here.
+"""The streaming scheduler inside OpenRLHF 0.11.2's async trainer. Every touch of OpenRLHF internals is here and in
+`per_call.py` (the trainer hooks for per-call sequences, installed from here).
 
 `install(settings)` runs in the driver after `ray.init()` and before OpenRLHF's `train()` creates its actors, once
 per Ray job (Ray ships the trainer class once per job; a second install there is refused). It replaces
