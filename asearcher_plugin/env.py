@@ -45,7 +45,7 @@ from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, Con
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory, flat_logs
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
-from asearcher_plugin.tools import ToolError, make_toolbox
+from asearcher_plugin.tools import ToolError, ToolUnavailable, make_toolbox
 from local_retriever.log_throttle import throttled
 
 NO_CONFIG = (
@@ -81,6 +81,7 @@ class AgentInstance(AgentInstanceBase):
         self.toolbox = toolbox
         self.allowed = ALLOWED_ACTIONS[self.config.agent_type]
         self.turns = self.searches = self.accesses = self.invalid = self.tool_errors = 0
+        self.tool_errors_infra = 0  # the part of tool_errors the infrastructure caused (ToolUnavailable, transport)
         self.generated_tokens = 0  # the model's tokens over all calls, counted by the executor
         self.generated_chars = 0  # and the characters of their text
         self.tool_seconds = 0.0
@@ -187,6 +188,7 @@ class AgentInstance(AgentInstanceBase):
             return asearcher_format.page_blocks(await self.toolbox.access(argument))
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
             self.tool_errors += 1
+            self.tool_errors_infra += not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
             log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
             return [asearcher_format.failure_block(f"{kind} failed: {exc or type(exc).__name__}")]
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
@@ -209,6 +211,7 @@ class AgentInstance(AgentInstanceBase):
             return information(await self._read_page(argument))
         except (ToolError, asyncio.TimeoutError, OSError) as exc:
             self.tool_errors += 1
+            self.tool_errors_infra += not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
             log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
             return information(f"{kind} failed: {exc or type(exc).__name__}")
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
@@ -277,6 +280,7 @@ class AgentInstance(AgentInstanceBase):
             "accesses": float(self.accesses),
             "invalid_actions": float(self.invalid),
             "tool_errors": float(self.tool_errors),
+            "tool_errors_infra": float(self.tool_errors_infra),
             "tool_seconds": round(self.tool_seconds, 4),
             "generated_tokens": float(self.generated_tokens),
             "generated_chars": float(self.generated_chars),

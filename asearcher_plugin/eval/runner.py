@@ -81,9 +81,14 @@ async def run_eval(
                 golden_answers=item["golden_answers"],
             )
             try:
-                row.record(
-                    await executor.run(item["question"], item["golden_answers"], params, max_length, tokenizer, engine)
+                trajectory = await executor.run(
+                    item["question"], item["golden_answers"], params, max_length, tokenizer, engine
                 )
+                if trajectory.stats.get("tool_errors_infra"):  # an outage is not a wrong answer: run it again
+                    n = int(trajectory.stats["tool_errors_infra"])
+                    row.status, row.error = "failed", f"{n} tool call(s) failed for the infrastructure (see the log)"
+                else:
+                    row.record(trajectory)
             except INFRA_ERRORS as exc:
                 row.status, row.error = "failed", f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # noqa: BLE001 - one bad item must not end a run of thousands

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import ToolBox, ToolError
+from .base import ToolBox, ToolError, ToolUnavailable
 
 
 def make_toolbox(config) -> ToolBox:
@@ -16,4 +16,4 @@ def make_toolbox(config) -> ToolBox:
     return WebToolBox(config.tools)
 
 
-__all__ = ["ToolBox", "ToolError", "make_toolbox"]
+__all__ = ["ToolBox", "ToolError", "ToolUnavailable", "make_toolbox"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from local_retriever.client import RetrievalClient, RetrievalError
+from local_retriever.client import RetrievalClient, RetrievalError, RetrievalUnavailable
 
 from ..agent.actions import scrub
-from .base import ToolBox, ToolError
+from .base import ToolBox, ToolError, ToolUnavailable
 
 
 class LocalToolBox(ToolBox):
@@ -17,6 +17,8 @@ class LocalToolBox(ToolBox):
         try:
             # a lone surrogate cannot go into a JSON body
             hits = (await self.client.retrieve([scrub(query)], topk=topk, return_scores=True))[0]
+        except RetrievalUnavailable as exc:  # no replica answered after the retries
+            raise ToolUnavailable(str(exc)) from None
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
         # `contents` ("Title"\ntext) as well: it is what ASearcher's own client shows of a KB row
@@ -34,6 +36,8 @@ class LocalToolBox(ToolBox):
     async def access(self, url: str) -> str | None:
         try:
             page = (await self.client.access([scrub(url)]))[0]
+        except RetrievalUnavailable as exc:  # no replica answered after the retries
+            raise ToolUnavailable(str(exc)) from None
         except RetrievalError as exc:
             raise ToolError(str(exc)) from None
         return page["contents"] if page else None

@@ -18,10 +18,17 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from local_retriever.endpoints import EndpointError, MultiURLClient, Retryable, URLPool, raise_if_retryable
+from local_retriever.endpoints import (
+    EndpointError,
+    EndpointUnavailable,
+    MultiURLClient,
+    Retryable,
+    URLPool,
+    raise_if_retryable,
+)
 
 from ..agent.actions import scrub
-from .base import ToolBox, ToolError
+from .base import ToolBox, ToolError, ToolUnavailable
 from .cache import DiskCache
 from .ratelimit import HostRateLimiter
 from .url_guard import BlockedURL, PinnedBackend, Target, guard
@@ -56,14 +63,16 @@ class WebToolBox(ToolBox):
             url, name, http=http, pool=URLPool([url]), retries=self.cfg.retries, backoff=0.5, max_backoff=10
         )
 
-    async def _within_deadline(self, what: str, call):
-        """`call` bounded in total: httpx's timeout is per read, and a server may send one byte per read."""
+    async def _within_deadline(self, what: str, call, service: bool = True):
+        """`call` bounded in total: httpx's timeout is per read, and a server may send one byte per read. `service`:
+        the call goes to a service of the run (Serper, Jina), whose silence is the infrastructure's failure; a page
+        fetched directly is the model's choice of site."""
         try:
             return await asyncio.wait_for(call, self.cfg.fetch_deadline)
         except asyncio.TimeoutError:
-            raise ToolError(
-                f"{what} failed: no complete reply within the {self.cfg.fetch_deadline:g} s deadline"
-            ) from None
+            error = ToolUnavailable if service else ToolError
+            deadline = self.cfg.fetch_deadline
+            raise error(f"{what} failed: no complete reply within the {deadline:g} s deadline") from None
 
     async def _request(self, method: str, url: str, **kw) -> httpx.Response:
         async def attempt(u: str) -> httpx.Response:
@@ -82,7 +91,7 @@ class WebToolBox(ToolBox):
     async def _search(self, query: str, topk: int) -> list[dict]:
         key = os.environ.get(self.cfg.serper_api_key_env)
         if not key:
-            raise ToolError(f"web search needs ${self.cfg.serper_api_key_env}")
+            raise ToolUnavailable(f"web search needs ${self.cfg.serper_api_key_env}")
         query = scrub(query)
         cache_key = f"serper:{topk}:{query}"
         cached = await self.cache.aget(cache_key)
@@ -95,6 +104,8 @@ class WebToolBox(ToolBox):
                 json={"q": query, "num": topk},
                 headers={"X-API-KEY": key, "Content-Type": "application/json"},
             )
+        except EndpointUnavailable as exc:  # 429, 5xx, timeouts after the retries
+            raise ToolUnavailable(f"search failed: {exc}") from None
         except EndpointError as exc:
             raise ToolError(f"search failed: {exc}") from None
         if resp.status_code != 200:
@@ -104,7 +115,8 @@ class WebToolBox(ToolBox):
         return docs
 
     async def access(self, url: str) -> str | None:
-        return await self._within_deadline("access", self._access(scrub(url)))
+        reader = bool(os.environ.get(self.cfg.jina_api_key_env))
+        return await self._within_deadline("access", self._access(scrub(url)), service=reader)
 
     async def _access(self, url: str) -> str | None:
         jina = os.environ.get(self.cfg.jina_api_key_env)
@@ -119,6 +131,9 @@ class WebToolBox(ToolBox):
             text = await (self._jina(target.url, jina) if jina else self._direct(target))
         except BlockedURL as exc:
             raise ToolError(f"access refused: {exc}") from None
+        except EndpointUnavailable as exc:
+            # the reader service is the run's; a site that does not answer is the page the model chose
+            raise (ToolUnavailable if jina else ToolError)(f"access failed: {exc}") from None
         except EndpointError as exc:
             raise ToolError(f"access failed: {exc}") from None
         if text is not None:
