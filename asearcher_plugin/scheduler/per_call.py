@@ -69,17 +69,18 @@ def compute_per_trajectory(maker, experiences, original):
     groups = torch.zeros(count, dtype=torch.long).scatter_(0, trajectory, group)
     estimator = args.algo.advantage.estimator
     shaped, stds = trajectory_baselines(rewards, groups, estimator)
+    pieces = torch.bincount(trajectory, minlength=count).float()  # sequences per trajectory
     for exp, t in zip(experiences, rows):
         exp.rewards = shaped[t].to(exp.rewards.dtype if exp.rewards.is_floating_point() else torch.float32)
         exp.info["group_reward_std"] = stds[t]
-        exp.info["sequences_per_trajectory"] = torch.bincount(trajectory, minlength=count)[t].float()
-    n, name = args.rollout.n_samples_per_prompt, estimator
+        exp.info["sequences_per_trajectory"] = pieces[t]
+    n = args.rollout.n_samples_per_prompt
     try:
         args.rollout.n_samples_per_prompt = 1
         args.algo.advantage.estimator = "reinforce" if estimator in WHITENED else NO_SHAPING
         experiences = original(experiences)
     finally:
-        args.rollout.n_samples_per_prompt, args.algo.advantage.estimator = n, name
+        args.rollout.n_samples_per_prompt, args.algo.advantage.estimator = n, estimator
     for exp, t in zip(experiences, rows):  # OpenRLHF logs `rewards` as the reward: the trajectory's, not shaped
         if "reward" in exp.info:
             exp.info["reward"] = rewards[t].to(exp.info["reward"].dtype)
