@@ -1,4 +1,5 @@
-"""Writes a benchmark's results as a markdown table into README.md between marker comments."""
+"""Writes a benchmark's results as a markdown table between marker comments, in README.md or the docs page
+that holds its block."""
 
 from __future__ import annotations
 
@@ -25,20 +26,18 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def publish(name: str, header: list[str], rows: list[list], note: str, payload: dict) -> str:
-    """Saves `benchmarks/results/NAME.json` and replaces the README block marked `bench:NAME`."""
+    """Saves `benchmarks/results/NAME.json` and replaces the block marked `bench:NAME` in README.md and docs/."""
     table = markdown_table(header, rows)
     body = f"{table}\n\n{note} ({machine()}, {date.today().isoformat()}; `python benchmarks/{name}.py`)"
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     (ROOT / "benchmarks" / "results" / f"{name}.json").write_text(
         json.dumps({**payload, "machine": machine()}, indent=2)
     )
-    readme = ROOT / "README.md"
-    text = readme.read_text()
     block = f"<!-- bench:{name} -->\n{body}\n<!-- /bench:{name} -->"
     pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text += f"\n{block}\n"
-    readme.write_text(text)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+    holders = [p for p in pages if pattern.search(p.read_text())]
+    for page in holders or [ROOT / "README.md"]:  # a new block goes to the end of the README
+        text = page.read_text()
+        page.write_text(pattern.sub(lambda _: block, text) if holders else f"{text}\n{block}\n")
     return table
