@@ -8,13 +8,14 @@ every mode trains the same trajectories. Modes: OpenRLHF async; + partial rollou
 buffered: OpenRLHF's own knob for keeping engines fed); the streaming scheduler with (eta + 1) x B groups in flight.
 
 The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/workload.py): each trajectory's turn count is
-drawn from its question and sample number (Pareto, clipped to `--max-turns`, by default the 32 turns of the shipped
-local recipes, e.g. local_7b_1node), every turn but the last is a real KB search, and every turn is a real vLLM
-decode of `--tokens-per-turn` tokens plus `--turn-s` seconds standing for a full-size model's decode of hundreds of
-tokens (the recipes allow up to 1024 a turn). That time is flat in the number of requests sharing an engine, as a
-GPU decode is within its batch capacity; the tiny model's decode on 2 shared CPU cores is not, and every token
-decoded is also trained on by a CPU update that is far slower than generation (bf16 emulated on AVX2), which would
-make every mode trainer-bound. A training step is OpenRLHF's real update of the tiny model (plus `--fit-s`).
+drawn from its question and sample number (Pareto, clipped to the `agent.max_turns` of the shipped recipe given by
+`--recipe`, by default local_7b_1node's 32, with its `data.max_len` up to the tiny model's 8,192 positions), every
+turn but the last is a real KB search, and every turn is a real vLLM decode of `--tokens-per-turn` tokens plus
+`--turn-s` seconds standing for a full-size model's decode of hundreds of tokens (the recipes allow up to 1024 a
+turn). That time is flat in the number of requests sharing an engine, as a GPU decode is within its batch capacity;
+the tiny model's decode on 2 shared CPU cores is not, and every token decoded is also trained on by a CPU update
+that is far slower than generation (bf16 emulated on AVX2), which would make every mode trainer-bound. A training
+step is OpenRLHF's real update of the tiny model (plus `--fit-s`).
 
 Span: from the first request any engine receives to the last trained step; throughput = trajectories trained /
 span; engine idle = share of the span with no request decoding, per engine. Start-up (Ray, engines, DeepSpeed)
@@ -38,7 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from asearcher_plugin.openrlhf_cpu import scripted  # noqa: E402
+from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
+
+TINY_POSITIONS = 8192  # the tiny model's max_position_embeddings
 
 
 def modes(args) -> dict[str, list[str]]:
@@ -163,7 +167,7 @@ def main() -> None:
         default=0.0,
         help="seconds added to each training step (the CPU update itself takes ~3 s)",
     )
-    ap.add_argument("--max-turns", type=int, default=32, help="the shipped local recipes' agent.max_turns")
+    ap.add_argument("--recipe", default="local_7b_1node", help="the shipped recipe whose turn and length limits apply")
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
     ap.add_argument("--tokens-per-turn", type=int, default=8, help="real vLLM decode per turn")
@@ -173,11 +177,16 @@ def main() -> None:
         default=1.5,
         help="seconds each turn waits besides its decode: a full-size model's decode time, flat in concurrency",
     )
-    ap.add_argument("--max-len", type=int, default=8000, help="the local recipes' data.max_len")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="runs/bench-openrlhf-cpu")
     ap.add_argument("--fresh", action="store_true", help="run every mode again (default: keep finished modes)")
     args = ap.parse_args()
+    recipe = Recipe.load(args.recipe)
+    if recipe.agent.training_sequences != "trajectory":
+        # OpenRLHF's own generator (the baselines) trains one sequence per trajectory only
+        raise SystemExit(f"--recipe {args.recipe}: trains per-call sequences, which OpenRLHF's generator cannot")
+    args.max_turns = recipe.agent.max_turns
+    args.max_len = min(int(recipe.openrlhf.get("data.max_len", TINY_POSITIONS)), TINY_POSITIONS)
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
@@ -285,7 +294,7 @@ def note(args, results: dict) -> str:
         f"B={args.batch} prompts x n={args.n}, {args.prompts} prompts (one episode: {runs[0]['trained']} "
         f"trajectories trained{' (' + '; '.join(fewer) + ': the groups it dropped)' if fewer else ' in every mode'}), "
         f"async_queue_size={args.queue}, eta={args.eta}. Workload: 1-"
-        f"{args.max_turns} turns per trajectory (the local recipes' max_turns; Pareto scale {args.scale}, alpha "
+        f"{args.max_turns} turns per trajectory ({args.recipe}'s max_turns; Pareto scale {args.scale}, alpha "
         f"{args.alpha}: mean {statistics.mean(r['turns_mean'] for r in runs):.1f} turns), every turn a real vLLM "
         f"decode of {args.tokens_per_turn} tokens plus {args.turn_s:g} s standing for a full-size model's decode "
         "(flat in concurrency, as on a GPU within its batch capacity), all but the last a real KB search with 4 "

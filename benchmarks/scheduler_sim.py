@@ -6,7 +6,9 @@ on the same simulated fleet, in virtual time (aiotools.VirtualClock), so a run t
 - E engines, each decoding up to C sequences at once at `tok_s` seconds a token (continuous
   batching: a sequence holds a slot only while it decodes, not while its tool call runs);
 - ASearcher-like trajectories: most need 2-10 turns, a tail 40-128, 30-300 tokens a turn,
-  tool latency log-normal around 1.5 s;
+  tool latency log-normal around 1.5 s; turns and tokens a turn are capped by a shipped recipe's
+  `agent.max_turns` and `agent.max_new_tokens_per_turn` (`--recipe`, by default local_7b_long: 128 turns,
+  1,024 tokens a turn, so the caps do not bind; with local_7b_1node's 32 turns the tail is cut to 32);
 - a trainer step of `train_s` seconds after each batch of B groups, then a weight broadcast that
   pauses the engines for `sync_s` seconds.
 
@@ -35,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from asearcher_plugin.recipe import Recipe  # noqa: E402
 from asearcher_plugin.scheduler.core import StreamingScheduler  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 
@@ -90,14 +93,16 @@ class Fleet:
 LONG_TURNS = 40  # the workload's long tail: 40-128 turns
 
 
-def workload(seed: int, prompts: int, n: int) -> list[list[list[tuple[int, float]]]]:
+def workload(seed: int, prompts: int, n: int, max_turns: int, max_tokens: int) -> list[list[list[tuple[int, float]]]]:
+    """Drawn the same whatever the caps, then cut to the recipe's turn and token limits."""
     rng = random.Random(seed)
     out = []
     for _ in range(prompts):
         group = []
         for _ in range(n):
             turns = rng.randint(LONG_TURNS, 128) if rng.random() < 0.12 else rng.randint(2, 10)
-            group.append([(rng.randint(30, 300), min(10.0, rng.lognormvariate(0.2, 0.6))) for _ in range(turns)])
+            calls = [(rng.randint(30, 300), min(10.0, rng.lognormvariate(0.2, 0.6))) for _ in range(turns)]
+            group.append([(min(tokens, max_tokens), tool_s) for tokens, tool_s in calls[:max_turns]])
         out.append(group)
     return out
 
@@ -276,8 +281,11 @@ def main() -> None:
         "--max-concurrent", type=int, default=None, help="groups in flight (streaming); default (eta+1) x B"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--recipe", default="local_7b_long", help="the shipped recipe whose turn and token limits apply")
     args = ap.parse_args()
-    data = workload(args.seed, args.batch * args.steps, args.n)
+    agent = Recipe.load(args.recipe).agent
+    args.max_turns, args.max_tokens_per_turn = agent.max_turns, agent.max_new_tokens_per_turn
+    data = workload(args.seed, args.batch * args.steps, args.n, args.max_turns, args.max_tokens_per_turn)
     workload_long = float(np.mean([len(t) >= LONG_TURNS for g in data for t in g]))
     modes = {"(a) batch-synchronous": mode_sync, "(b) OpenRLHF async + partial rollout": mode_openrlhf_async}
     for eta in args.eta:
@@ -300,7 +308,7 @@ def main() -> None:
                 r["staleness_max"],
                 f"{r['staleness_mean']:.2f}",
                 f"{r['long_share']:.1%}",
-                f"{r['long_share'] / workload_long:.0%}",
+                f"{r['long_share'] / workload_long:.0%}" if workload_long else "–",  # a recipe cut the tail
                 r["stats"].get("stale_dropped", 0) if r["stats"] else 0,
                 f"{r['seconds']:.0f}",
             ]
@@ -312,6 +320,8 @@ def main() -> None:
         f"simulated, virtual time: {args.engines} engines x {args.slots} slots, {args.tok_s * 1000:.0f} ms/token, "
         f"B={args.batch} groups of n={args.n}, {args.steps} steps drained to the end, trainer step "
         f"{args.train_s:.0f} s + {args.sync_s:.0f} s weight sync; streaming: (eta + 1) x B groups may be in flight. "
+        f"Workload: 2-10 turns, 12% 40-128, 30-300 tokens a turn, capped by the {args.recipe} recipe "
+        f"({args.max_turns} turns, {args.max_tokens_per_turn} tokens a turn). "
         "Staleness = policy versions between a group's admission and the update that uses it. "
         f'Long share = consumed trajectories of {LONG_TURNS}+ turns; "of workload" compares it with the '
         f"{workload_long:.1%} the workload has. Keep (the default) never stops a running group, so it consumes "
