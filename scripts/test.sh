@@ -1,8 +1,8 @@
 #!/bin/sh
 # Installs what the test suite needs (Chromium from Debian for the report test, the package with its test extras
 # including vLLM's CPU build, OpenRLHF 0.11.2 without its GPU dependencies, DeepSpeed without its CUDA ops), checks
-# the packages' imports against setup.py (deptry), and runs the whole suite (arguments go to pytest, e.g.
-# -m "not slow"; the 15 slowest tests are listed).
+# the packages' imports against setup.py (deptry), builds the docs site strict (mkdocs), and runs the whole suite
+# (arguments go to pytest, e.g. -m "not slow"; the 15 slowest tests are listed).
 set -e
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -19,4 +19,8 @@ pip install --use-pep517 --no-deps deepspeed==0.19.6
 pip uninstall -y -q torchvision torchaudio torchcodec
 python scripts/check_deps.py
 ruff check . && ruff format --check .
+# the documentation site, strict: a broken link, a missing page or anchor fails; built outside the checkout
+site=$(mktemp -d "${TMPDIR:-/tmp}/asearcher-site.XXXXXX")
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
+rm -rf "$site"
 python -m pytest -q --durations=15 "$@"
