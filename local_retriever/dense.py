@@ -1,6 +1,6 @@
 """Dense index: corpus embeddings in resumable shards, then a FAISS index from a factory string.
 
-Trade-offs (d = 768, 21M passages; see README): `Flat` is exact and 3 KB a passage; `HNSW32`
+Trade-offs (d = 768, 21M passages; see docs/kb.md): `Flat` is exact and 3 KB a passage; `HNSW32`
 adds 256 B for ~10x faster queries at recall set by efSearch; `HNSW32,SQ8` cuts vectors to 1 B a
 dimension; `IVF4096,PQ64` fits in ~2 GB but needs training and a tuned nprobe.
 """

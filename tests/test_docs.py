@@ -1,0 +1,39 @@
+"""The documents' own invariants that the strict site build (scripts/test.sh) does not see: README.md is not part
+of the site, and benchmarks/readme_table.py rewrites a table wherever its block is found."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def bench_scripts() -> list[str]:
+    """Each benchmark that publishes a table; its block is named after the script (`python benchmarks/NAME.py`)."""
+    return sorted(
+        p.stem
+        for p in (ROOT / "benchmarks").glob("*.py")
+        if re.search(r"^\s+(print\()?publish\(", p.read_text(), re.M)
+    )
+
+
+def test_every_benchmark_table_lives_in_exactly_one_page():
+    assert len(bench_scripts()) >= 10, bench_scripts()
+    for name in bench_scripts():
+        holders = [
+            page.relative_to(ROOT).as_posix()
+            for page in PAGES
+            for _ in re.finditer(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", page.read_text(), re.S)
+        ]
+        # none: the next run would append the table to the end of the README; two: both copies would be rewritten
+        assert len(holders) == 1, f"bench:{name} block found in {holders or 'no page'}"
+
+
+def test_readme_links_point_to_files_in_the_checkout():
+    readme = (ROOT / "README.md").read_text()
+    targets = [t for t in re.findall(r"\]\(([^)#\s]+)", readme) if "://" not in t]
+    assert "docs/kb.md" in targets and "ARCHITECTURE.md" in targets
+    missing = [t for t in targets if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
