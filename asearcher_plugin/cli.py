@@ -301,6 +301,25 @@ def make_tiny_model_cmd(
     typer.echo(str(path))
 
 
+@app.command()
+def demo(
+    host: str = typer.Option(
+        "127.0.0.1", help="address to bind; anything but loopback lets others use your model and keys"
+    ),
+    port: int = typer.Option(8000, help="port of the page"),
+    kb_url: str = typer.Option(
+        "http://127.0.0.1:5005", "--kb-url", help="knowledge base the page offers by default (`asearcher kb serve`)"
+    ),
+    tiny_model: str = typer.Option(
+        "runs/tiny-model", "--tiny-model", help="folder of the tiny CPU model (made there on first use)"
+    ),
+):
+    """A web page: ask a question, watch the agent search, read and answer turn by turn; replay eval trajectories."""
+    from asearcher_plugin.demo.server import serve
+
+    serve(host, port, kb_url, tiny_model)
+
+
 register_commands(app)
 
 # Modules that only an extra installs: a command that reaches one without it says which extra, in one line.

@@ -40,6 +40,7 @@ from asearcher_plugin.agent.prompts import (
 )
 from asearcher_plugin.agent.sequences import CallRecords
 from asearcher_plugin.agent.transcript import Transcript
+from asearcher_plugin.agent.turns import TurnEvent, TurnHook
 from asearcher_plugin.agent_file import NO_STREAMING, PER_CALL_NEEDS_SCHEDULER
 from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
@@ -99,6 +100,7 @@ class AgentInstance(AgentInstanceBase):
         self.scores: dict[str, float] = dict.fromkeys(METRICS, 0.0)
         self.judge_failed = False
         self.question = ""
+        self.last_action = None  # the action parsed from the latest turn, for a turn hook
 
     async def reset(self, states: dict, **kwargs) -> dict:
         question = self.question = scrub(states["observation"])
@@ -121,7 +123,7 @@ class AgentInstance(AgentInstanceBase):
         if self.asearcher_format:
             return await self._step_asearcher(states)
         self.turns += 1
-        action = parse_action(states.get("action_text") or "", self.allowed)
+        action = self.last_action = parse_action(states.get("action_text") or "", self.allowed)
         feedback, done = "", False
         if action.kind == "invalid":
             self.invalid += 1
@@ -152,7 +154,7 @@ class AgentInstance(AgentInstanceBase):
         and a summary turn without one is what a summary turn should be."""
         summary_turn, self.summarising = self.summarising, False
         self.turns += 1
-        action = parse_action(states.get("action_text") or "", self.allowed)
+        action = self.last_action = parse_action(states.get("action_text") or "", self.allowed)
         done = False
         if action.kind == "invalid":
             if not summary_turn:
@@ -346,19 +348,39 @@ class AgentExecutor(AgentExecutorBase):
             box = self._toolboxes[id(loop)] = make_toolbox(self.config)
         return box
 
+    async def aclose(self) -> None:
+        """Closes the tools' HTTP clients (a long-lived process that makes an executor per request needs it)."""
+        boxes, self._toolboxes = list(self._toolboxes.values()), {}
+        for box in boxes:
+            await box.aclose()
+
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         """OpenRLHF's entry point: the trajectory as OpenRLHF's dict. Our own callers use `run`."""
         trajectory = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
         return trajectory.to_openrlhf()
 
     async def run(
-        self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
+        self,
+        prompt,
+        label,
+        sampling_params,
+        max_length: int,
+        hf_tokenizer,
+        llm_engine,
+        images=None,
+        on_turn: TurnHook | None = None,
     ) -> Trajectory:
+        """`on_turn`, when given, is awaited after every model turn with what the model wrote and what the agent
+        made of it (`asearcher demo` streams these); it changes nothing in the trajectory."""
         if not isinstance(prompt, str) or not prompt.strip():  # a null question: never asked as "None", no reward
-            out = await self.run("(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine)
+            out = await self.run(
+                "(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine, on_turn=on_turn
+            )
             return replace(out, prompt=prompt, label=label)
         if self.config.agent_type == "asearcher-reasoning":
-            return await self._run_rebuilding(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
+            return await self._run_rebuilding(
+                prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, on_turn
+            )
         agent = AgentInstance(self.config, self._toolbox())
         transcript = await self._start(agent, prompt, label, sampling_params, max_length, hf_tokenizer)
         cap, eos_id = self.config.max_new_tokens_per_turn, getattr(hf_tokenizer, "eos_token_id", None)
@@ -384,11 +406,16 @@ class AgentExecutor(AgentExecutorBase):
             agent.generated_chars += len(out.text)
             if out.finish_reason == "length" and len(transcript.tokens) >= max_length:
                 truncated = True
+                if on_turn is not None:
+                    await on_turn(TurnEvent(agent.turns + 1, out.text, "none", finish_reason=out.finish_reason))
                 break
             ended = ended_at_eos(out, eos_id, params.stop)
             step = {"action_text": out.text, "label": label, "sampling_params": params, "ended": ended}
+            stepped = time.time()
             result = await agent.step(step)
             done, reward = result["done"], float(result["rewards"].item())
+            if on_turn is not None:
+                await on_turn(turn_event(agent, out, result, stepped - call_starts[-1], time.time() - stepped))
             if result["environment_feedback"] and not done:
                 self._add_feedback(transcript, result, hf_tokenizer, max_length)
         if not done:
@@ -433,7 +460,9 @@ class AgentExecutor(AgentExecutorBase):
         else:
             transcript.add_feedback(ids, feedback)
 
-    async def _run_rebuilding(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine):
+    async def _run_rebuilding(
+        self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, on_turn=None
+    ):
         """The reasoning agent: each call sees the question and the recent history, rebuilt as a fresh prompt."""
         agent = AgentInstance(self.config, self._toolbox())
         agent.question = prompt = scrub(prompt)
@@ -457,8 +486,11 @@ class AgentExecutor(AgentExecutorBase):
             tokens_used += len(ids) + len(out.token_ids)
             agent.generated_tokens += len(out.token_ids)
             agent.generated_chars += len(out.text)
+            stepped = time.time()
             result = await agent.step({"action_text": out.text, "label": label})
             done = result["done"]
+            if on_turn is not None:
+                await on_turn(turn_event(agent, out, result, stepped - started, time.time() - stepped))
             history += fresh_short + out.text
             fresh = result["environment_feedback"] or ""
             fresh_short = result.get("feedback_short", fresh) or ""
@@ -473,6 +505,22 @@ class AgentExecutor(AgentExecutorBase):
             text=history,
             sequences=records.to_openrlhf() if records is not None else None,
         )
+
+
+def turn_event(agent: AgentInstance, out, result: dict, generate_seconds: float, step_seconds: float) -> TurnEvent:
+    action = agent.last_action
+    return TurnEvent(
+        turn=agent.turns,
+        text=out.text,
+        action=action.kind if action else "none",
+        argument=action.argument if action else "",
+        error=action.error if action else "",
+        feedback=result["environment_feedback"],
+        done=bool(result["done"]),
+        finish_reason=out.finish_reason,
+        generate_seconds=round(generate_seconds, 4),
+        step_seconds=round(step_seconds, 4),
+    )
 
 
 def want_logprobs(sampling_params) -> bool:

@@ -43,7 +43,14 @@ class HFEngine:
     async def generate(
         self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data=None, **_
     ) -> RequestOutput:
-        return await asyncio.to_thread(self.generate_sync, list(prompt_token_ids), sampling_params)
+        # A cancelled caller cannot stop a worker thread: the flag makes it end at the next token (finish_reason
+        # "abort", as vLLM's abort) instead of decoding to max_tokens for no one while holding the model.
+        aborted = threading.Event()
+        try:
+            return await asyncio.to_thread(self.generate_sync, list(prompt_token_ids), sampling_params, aborted)
+        except asyncio.CancelledError:
+            aborted.set()
+            raise
 
     def pause(self) -> None:
         """Returns once no decoding step is running; none starts until `resume()`."""
@@ -61,7 +68,9 @@ class HFEngine:
                 if self.running.is_set():  # re-checked under the lock: pause() may have won the race
                     return self.model(input_ids=ids, past_key_values=past, use_cache=True)
 
-    def generate_sync(self, prompt_token_ids: list[int], params: SamplingParams) -> RequestOutput:
+    def generate_sync(
+        self, prompt_token_ids: list[int], params: SamplingParams, aborted: threading.Event | None = None
+    ) -> RequestOutput:
         import torch
 
         max_tokens = params.max_tokens if params.max_tokens is not None else self.max_model_len - len(prompt_token_ids)
@@ -75,6 +84,9 @@ class HFEngine:
             past = None
             ids = torch.tensor([prompt_token_ids], device=self.device)
             for step in range(max_tokens):
+                if aborted is not None and aborted.is_set():
+                    finish = "abort"
+                    break
                 out = self._step(ids, past)
                 past = out.past_key_values
                 logits = out.logits[0, -1].float()

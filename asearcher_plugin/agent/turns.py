@@ -1,0 +1,31 @@
+"""One model turn as the executor saw it, for whoever watches a trajectory while it runs (`asearcher demo`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    """`text` is what the model wrote in this call; `action` what the agent made of it (search, access, answer,
+    invalid, or none when the token budget ran out first); `feedback` is exactly what the agent appended for the
+    next call: results, a page part, a failed tool call or the invalid-action note."""
+
+    turn: int
+    text: str
+    action: str
+    argument: str = ""
+    error: str = ""
+    feedback: str = ""
+    done: bool = False
+    finish_reason: str | None = None
+    generate_seconds: float = 0.0
+    step_seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# Awaited after every turn; None (the default everywhere) leaves the executor as it is.
+TurnHook = Callable[[TurnEvent], Awaitable[None]]

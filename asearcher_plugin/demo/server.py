@@ -1,0 +1,182 @@
+"""The demo's HTTP server: the page, a WebSocket per open page for runs and their turns, saving and replaying lines.
+
+Protocol on `/ws` (JSON text frames). The page sends `{"op": "start", "ref": any, "request": {...}}` (see
+`requests.RunRequest`) and `{"op": "stop", "run": id}`; the server answers a start with `{"type": "accepted",
+"ref", "run"}` or `{"type": "rejected", "ref", "error"}`, then streams the run's events (`status`, `notice`,
+`started`, `turn`, `finished`, `stopped`, `error`), each with its `run` id. When the socket closes, its runs are
+cancelled. Every frame and download passes through `redact`: no environment secret leaves the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from ..agent.prompts import TEMPLATE_FIELDS
+from ..config import AgentConfig
+from .models import Models, choices
+from .redact import redact
+from .replay import read_lines
+from .requests import MAX_QUESTION_CHARS, RequestError, parse_request
+from .runs import RunLimit, RunManager
+
+STATIC = Path(__file__).with_name("static")
+MAX_REPLAY_BYTES = 50 * 1024 * 1024
+MAX_FRAME_CHARS = 1024 * 1024  # a start request is small; a 100,000-character question still arrives, and is refused
+
+
+def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "runs/tiny-model", manager=None):
+    manager = manager or RunManager(Models(tiny_model), kb_url)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        await manager.shutdown()
+
+    app = FastAPI(title="asearcher demo", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.manager = manager
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/")
+    async def page():
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/options")
+    async def options():
+        web = AgentConfig().tools.web
+        return {
+            "models": choices(),
+            "agent_types": list(TEMPLATE_FIELDS),
+            "kb_url": manager.default_kb_url,
+            # whether the web backend's keys are set, never their values
+            "web_keys": {name: bool(os.environ.get(name)) for name in (web.serper_api_key_env, web.jina_api_key_env)},
+            "max_question_chars": MAX_QUESTION_CHARS,
+        }
+
+    @app.get("/api/runs/{run_id}")
+    async def run_state(run_id: str):
+        run = manager.runs.get(run_id)
+        if run is None:
+            raise HTTPException(404, f"no run {run_id!r} (runs are kept while the server runs)")
+        body = {"run": run.id, "status": run.status, "events": run.events}
+        return Response(redact(json.dumps(body)), media_type="application/json")
+
+    @app.get("/api/runs/{run_id}/line")
+    async def run_line(run_id: str):
+        run = manager.runs.get(run_id)
+        if run is None:
+            raise HTTPException(404, f"no run {run_id!r} (runs are kept while the server runs)")
+        if run.row is None:
+            raise HTTPException(409, f"run {run_id} is {run.status}: only a finished run can be saved")
+        return Response(
+            run.line() + "\n",
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="demo-{run.id}.jsonl"'},
+        )
+
+    @app.post("/api/replay")
+    async def replay(request: Request):
+        size = int(request.headers.get("content-length") or 0)
+        if size > MAX_REPLAY_BYTES:
+            raise HTTPException(413, f"file is {size:,} bytes; the page replays files up to {MAX_REPLAY_BYTES:,}")
+        raw = await request.body()
+        if len(raw) > MAX_REPLAY_BYTES:
+            raise HTTPException(413, f"file is over {MAX_REPLAY_BYTES:,} bytes")
+        rows, problems = read_lines(raw.decode("utf-8", errors="replace"))
+        if not rows:
+            detail = "; ".join(problems[:3]) or "the file is empty"
+            raise HTTPException(400, f"no trajectory line in this file ({detail})")
+        return Response(redact(json.dumps({"rows": rows, "problems": problems})), media_type="application/json")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, exc: HTTPException):
+        return JSONResponse({"error": redact(str(exc.detail))}, status_code=exc.status_code)
+
+    @app.websocket("/ws")
+    async def socket(ws: WebSocket):
+        await ws.accept()
+        outbox: asyncio.Queue = asyncio.Queue()
+        owner = object()  # this page
+
+        async def sender():
+            while True:
+                event = await outbox.get()
+                await ws.send_text(redact(json.dumps(event)))
+
+        sending = asyncio.create_task(sender())
+        try:
+            while True:
+                message = await ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                reply = _handle(manager, message, owner, outbox.put_nowait)
+                if reply is not None:
+                    outbox.put_nowait(reply)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            manager.stop_owner(owner)  # a page closed mid-run: its runs are cancelled, engines stop generating
+            sending.cancel()
+
+    return app
+
+
+def _handle(manager: RunManager, message: dict, owner, send) -> dict | None:
+    text = message.get("text")
+    if text is None or len(text) > MAX_FRAME_CHARS:
+        return {"type": "rejected", "error": f"a message must be JSON text of at most {MAX_FRAME_CHARS:,} characters"}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return {"type": "rejected", "error": "a message must be JSON"}
+    if not isinstance(data, dict):
+        return {"type": "rejected", "error": "a message must be a JSON object"}
+    ref = data.get("ref")
+    if data.get("op") == "stop":
+        stopped = manager.stop(str(data.get("run")))
+        return None if stopped else {"type": "rejected", "ref": ref, "error": f"run {data.get('run')} is not running"}
+    if data.get("op") != "start":
+        return {"type": "rejected", "ref": ref, "error": "op must be start or stop"}
+    try:
+        run = manager.start(parse_request(data.get("request")), owner, send)
+    except (RequestError, RunLimit) as exc:
+        return {"type": "rejected", "ref": ref, "error": str(exc)}
+    return {"type": "accepted", "ref": ref, "run": run.id}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+NETWORK_WARNING = (
+    "warning: --host {host} is not a loopback address: anyone who can reach this machine on port {port} can run "
+    "questions through the configured model and tools, with the API keys in this server's environment "
+    "(OPENAI_API_KEY, SERPER_API_KEY, JINA_API_KEY), and can make it fetch any URL typed as a model or KB URL. "
+    "There is no login. Bind 127.0.0.1 (the default) unless that is what you want."
+)
+
+
+def serve(host: str, port: int, kb_url: str, tiny_model: str) -> None:
+    import uvicorn
+
+    if not is_loopback(host):
+        print(NETWORK_WARNING.format(host=host, port=port), file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"asearcher demo: http://{shown}:{port}/  (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    uvicorn.run(
+        create_app(kb_url, tiny_model), host=host, port=port, log_level="warning", ws_max_size=4 * MAX_FRAME_CHARS
+    )
