@@ -32,6 +32,7 @@ setup(
     package_data={
         "local_retriever": ["data/*.jsonl"],
         "asearcher_plugin.agent": ["templates/*.txt"],
+        "asearcher_plugin.demo": ["static/*"],  # the demo page: plain HTML, CSS and JS, no build step
         "asearcher_plugin": ["judge_templates/*.txt", "recipes/*.yaml"],
     },
     install_requires=[
