@@ -1,5 +1,7 @@
 """Agent configuration: a YAML file named by `ASEARCHER_CONFIG`, validated when the agent loads.
 
+The schemas of the agent and run configs, and their loading (files and `--set` are read by `yamlio`).
+
 Every field has a default, so an empty file (or no file) gives a Search-R1-style agent on a
 local knowledge base at http://127.0.0.1:5005. A wrong field fails at load time, naming it.
 """
@@ -13,6 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from local_retriever.endpoints import EndpointConfig
+
+from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
 CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
@@ -234,6 +238,13 @@ class SchedulerConfig(_Strict):
         description="JSONL file (on the generator's node): one line per batch handed "
         "to the trainer, with each group's versions and staleness",
     )
+    outage_budget_s: float = Field(
+        600.0,
+        gt=0,
+        description="seconds the tool endpoints may stay down before the run stops with an error. Meanwhile "
+        "admission pauses, and groups with a tool call that failed for the infrastructure are discarded and "
+        "run again once the KB servers answer (web backend: after a backoff)",
+    )
 
 
 class RunConfig(_Strict):
@@ -245,60 +256,6 @@ class RunConfig(_Strict):
 
 class ConfigError(ValueError):
     pass
-
-
-def read_yaml_mapping(path: str | os.PathLike, error: type[Exception] = ConfigError, label: str | None = None) -> dict:
-    """A YAML file whose top level is a mapping; otherwise `error`, naming the file and the problem."""
-    from .yamlio import YamlInputError, read_yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise error(f"{label or path}: file not found")
-    try:
-        data = read_yaml(p)
-    except YamlInputError as exc:
-        raise error(str(exc)) from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise error(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def parse_assignment(item: str, error: type[Exception] = ConfigError) -> tuple[str, object]:
-    """`--set key=value` as (key, value); the value is YAML, so `k=4` gives an int and `urls=[a, b]` a list."""
-    from .yamlio import YamlInputError, load_yaml
-
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise error(f"--set expects key=value, got {item!r}")
-    try:
-        return key, load_yaml(raw, f"--set {key}")
-    except YamlInputError as exc:
-        raise error(str(exc)) from None
-
-
-def null_sections(data: dict, path, names=("agent", "scheduler")) -> list[str]:
-    """Sections written but left empty (`agent:` with nothing under it, or `agent: null`).
-
-    Refused rather than read as defaults: an empty section is most often one whose fields lost their
-    indentation or were commented out, and training with default settings would go unnoticed.
-    `agent: {}` asks for the defaults explicitly.
-    """
-    return [
-        f"{path}: `{name}:` is empty (null); give its fields, write `{name}: {{}}` for the defaults, or remove it"
-        for name in names
-        if name in data and data[name] is None
-    ]
-
-
-def set_dotted(node: dict, key: str, value, error: type[Exception] = ConfigError) -> None:
-    """`node["a"]["b"] = value` for key `a.b`, creating sections on the way."""
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise error(f"--set {key}: {part} is not a section")
-    node[parts[-1]] = value
 
 
 def validation_problems(exc: ValidationError) -> str:
@@ -314,7 +271,7 @@ def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
     path = path or os.environ.get(CONFIG_ENV)
     if not path:
         return AgentConfig()
-    data = read_yaml_mapping(path, label=f"{CONFIG_ENV}={path}")
+    data = read_yaml_mapping(path, ConfigError, label=f"{CONFIG_ENV}={path}")
     if problems := null_sections(data, path, ("agent",)):
         raise ConfigError(problems[0])
     data = data.get("agent", data)  # a recipe keeps the agent section under `agent:`
@@ -331,10 +288,10 @@ def override_agent_config(config: AgentConfig, items: list[str]) -> AgentConfig:
         return config
     data = config.model_dump(exclude_unset=True)
     for item in items:
-        key, value = parse_assignment(item)
+        key, value = parse_assignment(item, ConfigError)
         if not key.startswith("agent.") or key == "agent.":
             raise ConfigError(f"--set {key}: only agent.* keys apply here, e.g. agent.max_turns=16")
-        set_dotted(data, key.removeprefix("agent."), value)
+        set_dotted(data, key.removeprefix("agent."), value, ConfigError)
     try:
         return AgentConfig.model_validate(data)
     except ValidationError as exc:

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import re
-import string
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,7 +30,10 @@ import orjson
 
 from local_retriever.endpoints import BadReply, EndpointError, EndpointUnavailable, URLPool
 
-from .agent.actions import scrub
+from .disk_cache import DiskCache
+from .template_check import TemplateError
+from .template_check import check_template as _check
+from .text import scrub
 
 log = logging.getLogger(__name__)
 TEMPLATE_DIR = Path(__file__).with_name("judge_templates")
@@ -75,29 +77,9 @@ class JudgeUnavailable(RuntimeError):
         self.no_verdict = no_verdict
 
 
-class TemplateError(ValueError):
-    pass
-
-
 def check_template(text: str, source: str) -> str:
     """`text` if it is a format string naming only known fields, with the question, gold and prediction."""
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
-    except ValueError as exc:
-        raise TemplateError(f"{source}: not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
-    unknown = sorted(n for n in names if n not in FIELDS)
-    if unknown:
-        known = ", ".join("{" + f + "}" for f in FIELDS)
-        shown = ", ".join("{" + n + "}" for n in unknown)
-        raise TemplateError(f"{source}: unknown field(s) {shown}; known fields: {known}")
-    for need in ({"question"}, {"golds", "gt_answer"}, {"prediction", "pred_answer"}):
-        if not names & need:
-            raise TemplateError(f"{source}: the template must use " + " or ".join("{" + n + "}" for n in sorted(need)))
-    try:
-        text.format(**dict.fromkeys(FIELDS, ""))
-    except (ValueError, KeyError, IndexError, AttributeError) as exc:
-        raise TemplateError(f"{source}: the template does not render: {type(exc).__name__}: {exc}") from None
-    return text
+    return _check(text, source, FIELDS, ({"question"}, {"golds", "gt_answer"}, {"prediction", "pred_answer"}))
 
 
 @lru_cache(maxsize=32)
@@ -230,8 +212,6 @@ COOLDOWN_S = 10.0
 def _cache(cfg):
     if not getattr(cfg, "cache_dir", None):
         return None
-    from .tools.cache import DiskCache
-
     if cfg.cache_dir not in _caches:
         _caches[cfg.cache_dir] = DiskCache(os.path.join(cfg.cache_dir, "judge.sqlite"), ttl=float("inf"))
     return _caches[cfg.cache_dir]

@@ -13,17 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from .config import (
-    AgentConfig,
-    ConfigError,
-    RunConfig,
-    SchedulerConfig,
-    null_sections,
-    parse_assignment,
-    read_yaml_mapping,
-    set_dotted,
-    validation_problems,
-)
+from .config import AgentConfig, ConfigError, RunConfig, SchedulerConfig, validation_problems
+from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
 RECIPE_DIR = Path(__file__).with_name("recipes")
 SECTIONS = ("description", "resources", "agent", "scheduler", "openrlhf")

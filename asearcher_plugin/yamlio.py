@@ -3,7 +3,8 @@
 PyYAML alone keeps the last of two equal keys in a mapping, so a recipe that sets `max_turns` twice
 trains with whichever came last without a word; here that is an error naming the key and both
 lines. A file that is not UTF-8 or not YAML gives a one-line error naming the file (and the line),
-not a traceback.
+not a traceback. The helpers below read a config file's top-level mapping and apply `--set key=value`
+overrides; each takes the error type its caller reports with.
 """
 
 from __future__ import annotations
@@ -74,3 +75,55 @@ def read_yaml(path: str | os.PathLike):
             "save the file as UTF-8"
         ) from None
     return load_yaml(text, str(path))
+
+
+def read_yaml_mapping(
+    path: str | os.PathLike, error: type[Exception] = YamlInputError, label: str | None = None
+) -> dict:
+    """A YAML file whose top level is a mapping; otherwise `error`, naming the file and the problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{label or path}: file not found")
+    try:
+        data = read_yaml(p)
+    except YamlInputError as exc:
+        raise error(str(exc)) from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_assignment(item: str, error: type[Exception] = YamlInputError) -> tuple[str, object]:
+    """`--set key=value` as (key, value); the value is YAML, so `k=4` gives an int and `urls=[a, b]` a list."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise error(f"--set expects key=value, got {item!r}")
+    try:
+        return key, load_yaml(raw, f"--set {key}")
+    except YamlInputError as exc:
+        raise error(str(exc)) from None
+
+
+def null_sections(data: dict, path, names=("agent", "scheduler")) -> list[str]:
+    """Sections written but left empty (`agent:` with nothing under it, or `agent: null`).
+
+    Refused rather than read as defaults: an empty section is most often one whose fields lost their
+    indentation or were commented out, and training with default settings would go unnoticed.
+    `agent: {}` asks for the defaults explicitly.
+    """
+    return [
+        f"{path}: `{name}:` is empty (null); give its fields, write `{name}: {{}}` for the defaults, or remove it"
+        for name in names
+        if name in data and data[name] is None
+    ]
+
+
+def set_dotted(node: dict, key: str, value, error: type[Exception] = YamlInputError) -> None:
+    """`node["a"]["b"] = value` for key `a.b`, creating sections on the way."""
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise error(f"--set {key}: {part} is not a section")
+    node[parts[-1]] = value

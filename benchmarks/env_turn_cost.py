@@ -53,10 +53,10 @@ def instant_toolbox(articles):
     pages = {d["url"]: text for d, (_, text) in zip(docs, articles)}
 
     class Instant(ToolBox):
-        async def search(self, query, topk):
+        async def _search(self, query, topk):
             return docs[:topk]
 
-        async def access(self, url):
+        async def _access(self, url):
             return pages.get(url)
 
     return Instant(), docs

@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from asearcher_plugin.config import ToolsConfig, read_yaml_mapping, set_dotted, validation_problems
+from asearcher_plugin.config import ToolsConfig, validation_problems
+from asearcher_plugin.yamlio import read_yaml_mapping, set_dotted
 from local_retriever.endpoints import EndpointConfig as SharedEndpoint
 
 

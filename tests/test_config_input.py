@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, load_config, parse_assignment
+from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, load_config
 from asearcher_plugin.launch import LaunchError, config_for_launch
 from asearcher_plugin.recipe import RecipeError, load_recipe
-from asearcher_plugin.yamlio import YamlInputError, load_yaml
+from asearcher_plugin.yamlio import YamlInputError, load_yaml, parse_assignment
 from data_synth.config import SynthConfigError, load_synth_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,8 +108,8 @@ def test_an_empty_scheduler_or_openrlhf_section_is_refused(tmp_path, monkeypatch
 
 def test_set_values_are_parsed_strictly():
     with pytest.raises(ConfigError, match=r"--set agent.tools:1: duplicate key 'a'"):
-        parse_assignment("agent.tools={a: 1, a: 2}")
-    with pytest.raises(ConfigError, match=r"--set agent.max_turns:1:3: not valid YAML"):
+        parse_assignment("agent.tools={a: 1, a: 2}", ConfigError)
+    with pytest.raises(YamlInputError, match=r"--set agent.max_turns:1:3: not valid YAML"):
         parse_assignment("agent.max_turns=[4")
     assert parse_assignment("agent.max_turns=4") == ("agent.max_turns", 4)
 

@@ -338,10 +338,10 @@ def test_unexpected_tool_exceptions_are_counted_and_logged(caplog):
     from asearcher_plugin.tools.base import ToolBox
 
     class Broken(ToolBox):
-        async def search(self, query, topk):
+        async def _search(self, query, topk):
             return {}["missing"]
 
-        async def access(self, url):
+        async def _access(self, url):
             raise RuntimeError("backend bug")
 
     agent = AgentInstance(AgentConfig(agent_type="asearcher"), Broken())
@@ -505,7 +505,7 @@ def test_parser_agrees_with_the_regex_grammar(text):
 
 
 def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
-    import asearcher_plugin.tools.cache as cache_mod
+    import asearcher_plugin.disk_cache as cache_mod
     import asearcher_plugin.tools.web as web_mod
 
     url, config = web
@@ -535,7 +535,7 @@ def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
 
 
 def test_judge_cache_runs_off_the_event_loop(tmp_path, monkeypatch):
-    import asearcher_plugin.tools.cache as cache_mod
+    import asearcher_plugin.disk_cache as cache_mod
     from asearcher_plugin.judge import judge
 
     seen = set()

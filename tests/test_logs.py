@@ -63,10 +63,10 @@ def test_throttle_refuses_a_negative_interval_and_is_added_once():
 
 def down_box(error_type: type) -> ToolBox:
     class DownBox(ToolBox):
-        async def search(self, query, topk):
+        async def _search(self, query, topk):
             raise error_type("connection refused by http://127.0.0.1:9/retrieve")
 
-        async def access(self, url):
+        async def _access(self, url):
             raise error_type("connection refused")
 
     return DownBox()

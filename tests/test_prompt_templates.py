@@ -94,11 +94,11 @@ def test_reasoning_template_gets_the_history(tmp_path):
 @pytest.mark.parametrize(
     "text, agent_type, problem",
     [
-        ("{question} {history}", "asearcher", r"unknown field \{history\} for agent_type 'asearcher'"),
-        ("{question} {context}", "asearcher-reasoning", r"unknown field \{context\}"),
-        ("{question.upper}", "search-r1", r"unknown field \{question.upper\}"),
-        ("{} {question}", "asearcher", r"unknown field \{\}"),
-        ("Answer this.", "asearcher", r"needs the field \{question\}"),
+        ("{question} {history}", "asearcher", r"unknown field\(s\) \{history\} for agent_type 'asearcher'"),
+        ("{question} {context}", "asearcher-reasoning", r"unknown field\(s\) \{context\}"),
+        ("{question.upper}", "search-r1", r"unknown field\(s\) \{question.upper\}"),
+        ("{} {question}", "asearcher", r"unknown field\(s\) \{\}"),
+        ("Answer this.", "asearcher", r"must use \{question\}"),
         ("{question} {", "asearcher", r"literal brace"),
     ],
 )

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ..text import scrub
+
 TOOL_TAGS = ("search", "access", "answer")
 STOP_STRINGS = ["</search>", "</access>", "</answer>"]
 # One named group per tag, so a match names its tag canonically (re.I also matches e.g. "ſ" for "s").
@@ -60,18 +62,6 @@ def parse_action(text: str, allowed: tuple[str, ...] = TOOL_TAGS, max_argument_c
     if not argument and tag != "answer":
         return Action("invalid", error=f"<{tag}></{tag}> is empty.")
     return Action(tag, argument[:max_argument_chars])  # type: ignore[arg-type]
-
-
-def scrub(text: str) -> str:
-    """`text` with lone surrogates replaced by U+FFFD.
-
-    They cannot be encoded as UTF-8, so SQLite keys, JSON bodies and tokenizers all reject them.
-    """
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _blocks(text: str, limit: int) -> list[tuple[str, str]]:

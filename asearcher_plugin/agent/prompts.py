@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from string import Formatter
+
+from ..template_check import TemplateError, check_template
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 # The fields a prompt template of each agent type may use; `question` is required.
@@ -21,10 +22,6 @@ ALLOWED_ACTIONS = {
 }
 
 
-class TemplateError(ValueError):
-    pass
-
-
 def default_template_path(agent_type: str) -> Path:
     return TEMPLATE_DIR / f"{agent_type}.txt"
 
@@ -35,25 +32,8 @@ def read_template(path: str | Path, agent_type: str) -> str:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"prompt template {path}: cannot be read: {exc}") from None
-    check_template(text, agent_type, str(path))
-    return text
-
-
-def check_template(text: str, agent_type: str, source: str) -> None:
-    known = TEMPLATE_FIELDS[agent_type]
-    try:
-        fields = [name for _, name, _, _ in Formatter().parse(text) if name is not None]
-    except ValueError as exc:  # a lone "{" or "}": literal braces are written {{ and }}
-        raise TemplateError(f"prompt template {source}: {exc} (write a literal brace as {{{{ or }}}})") from None
-    for name in fields:
-        if name not in known:
-            shown = "{" + name + "}"
-            raise TemplateError(
-                f"prompt template {source}: unknown field {shown} for agent_type {agent_type!r}; "
-                f"known fields: {', '.join('{' + k + '}' for k in known)}"
-            )
-    if "question" not in fields:
-        raise TemplateError(f"prompt template {source}: needs the field {{question}}")
+    fields = TEMPLATE_FIELDS[agent_type]
+    return check_template(text, f"prompt template {path}", fields, [{"question"}], f" for agent_type {agent_type!r}")
 
 
 @cache

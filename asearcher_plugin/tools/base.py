@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ..text import scrub
+
 
 class ToolError(RuntimeError):
     """A tool call that failed; the agent turns it into feedback text and keeps going."""
@@ -16,13 +18,23 @@ class ToolUnavailable(ToolError):
 
 
 class ToolBox(ABC):
-    @abstractmethod
+    """A backend implements `_search` and `_access`; callers (the agent, evaluation, synthesis) call `search` and
+    `access`, where a query or URL enters the tools and is scrubbed once for every backend, its cache and its
+    services' JSON bodies."""
+
     async def search(self, query: str, topk: int) -> list[dict]:
         """Documents with `title`, `url` and `text`, best first."""
+        return await self._search(scrub(query), topk)
 
-    @abstractmethod
     async def access(self, url: str) -> str | None:
         """The page's text, or None when there is no such page."""
+        return await self._access(scrub(url))
+
+    @abstractmethod
+    async def _search(self, query: str, topk: int) -> list[dict]: ...
+
+    @abstractmethod
+    async def _access(self, url: str) -> str | None: ...
 
     async def aclose(self) -> None:
         return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from local_retriever.client import RetrievalClient, RetrievalError, RetrievalUnavailable
 
-from ..agent.actions import scrub
 from .base import ToolBox, ToolError, ToolUnavailable
 
 
@@ -13,10 +12,9 @@ class LocalToolBox(ToolBox):
         cfg = tools_config.local
         self.client = RetrievalClient(cfg.urls, timeout=cfg.timeout, retries=cfg.retries)
 
-    async def search(self, query: str, topk: int) -> list[dict]:
+    async def _search(self, query: str, topk: int) -> list[dict]:
         try:
-            # a lone surrogate cannot go into a JSON body
-            hits = (await self.client.retrieve([scrub(query)], topk=topk, return_scores=True))[0]
+            hits = (await self.client.retrieve([query], topk=topk, return_scores=True))[0]
         except RetrievalUnavailable as exc:  # no replica answered after the retries
             raise ToolUnavailable(str(exc)) from None
         except RetrievalError as exc:
@@ -33,9 +31,9 @@ class LocalToolBox(ToolBox):
             for h in hits
         ]
 
-    async def access(self, url: str) -> str | None:
+    async def _access(self, url: str) -> str | None:
         try:
-            page = (await self.client.access([scrub(url)]))[0]
+            page = (await self.client.access([url]))[0]
         except RetrievalUnavailable as exc:  # no replica answered after the retries
             raise ToolUnavailable(str(exc)) from None
         except RetrievalError as exc:

@@ -27,9 +27,9 @@ from local_retriever.endpoints import (
     raise_if_retryable,
 )
 
-from ..agent.actions import scrub
+from ..disk_cache import DiskCache
+from ..text import scrub
 from .base import ToolBox, ToolError, ToolUnavailable
-from .cache import DiskCache
 from .ratelimit import HostRateLimiter
 from .url_guard import BlockedURL, PinnedBackend, Target, guard
 
@@ -85,14 +85,13 @@ class WebToolBox(ToolBox):
         endpoint = self._endpoint(url, "search API", self.http)
         return await endpoint.call(attempt)
 
-    async def search(self, query: str, topk: int) -> list[dict]:
-        return await self._within_deadline("search", self._search(query, topk))
-
     async def _search(self, query: str, topk: int) -> list[dict]:
+        return await self._within_deadline("search", self._serper(query, topk))
+
+    async def _serper(self, query: str, topk: int) -> list[dict]:
         key = os.environ.get(self.cfg.serper_api_key_env)
         if not key:
             raise ToolUnavailable(f"web search needs ${self.cfg.serper_api_key_env}")
-        query = scrub(query)
         cache_key = f"serper:{topk}:{query}"
         cached = await self.cache.aget(cache_key)
         if cached is not None:
@@ -114,11 +113,11 @@ class WebToolBox(ToolBox):
         await self.cache.aset(cache_key, docs)
         return docs
 
-    async def access(self, url: str) -> str | None:
-        reader = bool(os.environ.get(self.cfg.jina_api_key_env))
-        return await self._within_deadline("access", self._access(scrub(url)), service=reader)
-
     async def _access(self, url: str) -> str | None:
+        reader = bool(os.environ.get(self.cfg.jina_api_key_env))
+        return await self._within_deadline("access", self._page(url), service=reader)
+
+    async def _page(self, url: str) -> str | None:
         jina = os.environ.get(self.cfg.jina_api_key_env)
         try:
             # The guard before the cache: a page cached while a host was allowed must not reach a
@@ -242,6 +241,7 @@ def serper_docs(resp: httpx.Response, topk: int) -> list[dict]:
 
 
 def _field(row: dict, name: str) -> str:
+    # JSON may escape a lone surrogate (\ud800), and these strings become feedback text the tokenizer must take
     value = row.get(name)
     return "" if value is None else scrub(value if isinstance(value, str) else str(value))
 

@@ -1,12 +1,14 @@
 """An on-disk cache shared by every rollout process on a machine (SQLite in WAL mode).
 
-Search results and pages are cached by key for `ttl` seconds, so the 16 samples of a group
-asking the same query, or a re-run of an evaluation, cost one request.
+Values are cached by key for `ttl` seconds: the web tools' search results and pages, so the 16
+samples of a group asking the same query, or a re-run of an evaluation, cost one request, and the
+judge's verdicts.
 
 A cache only saves requests: when SQLite fails (another process holds the lock past the busy
 timeout, a full disk, a corrupt row) a read is a miss and a write is skipped, with a warning.
 `aget` / `aset` run in a worker thread, because SQLite blocks, and in a rollout actor the event
-loop it would block is every trajectory's.
+loop it would block is every trajectory's. Keys are made of text already scrubbed where it entered
+(`asearcher_plugin.text`); one that still holds a lone surrogate fails as any SQLite error does.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from pathlib import Path
 import orjson
 
 from local_retriever.log_throttle import throttled
-
-from ..agent.actions import scrub
 
 log = throttled(__name__)  # a locked or broken cache fails every call alike
 
@@ -47,7 +47,7 @@ class DiskCache:
 
     def get(self, key: str):
         try:
-            row = self._db().execute("SELECT value, at FROM cache WHERE key = ?", (scrub(key),)).fetchone()
+            row = self._db().execute("SELECT value, at FROM cache WHERE key = ?", (key,)).fetchone()
             value = None if row is None or time.time() - row[1] > self.ttl else orjson.loads(row[0])
         except (sqlite3.Error, orjson.JSONDecodeError) as exc:
             self._failed("read", exc)
@@ -60,7 +60,7 @@ class DiskCache:
             db = self._db()
             db.execute(
                 "INSERT OR REPLACE INTO cache VALUES (?, ?, ?)",
-                (scrub(key), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), time.time()),
+                (key, orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS), time.time()),
             )
             db.commit()
         except (sqlite3.Error, TypeError) as exc:  # orjson.JSONEncodeError is a TypeError

@@ -1,0 +1,39 @@
+"""The one check for `str.format` template files the user may supply (agent prompts, judge prompts).
+
+A template is read when its config loads, so a wrong field fails there, naming the file, and not in the middle of a
+rollout when it is first rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from string import Formatter
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def check_template(text: str, source: str, fields: Iterable[str], required: Iterable[Iterable[str]] = (), for_=""):
+    """`text` if it is a format string naming only `fields`, with one of each group in `required`, that renders.
+
+    `source` starts every message (the file); `for_` follows the unknown fields (e.g. " for agent_type 'x'").
+    """
+    fields = tuple(fields)
+    try:
+        names = [name for _, name, _, _ in Formatter().parse(text) if name is not None]
+    except ValueError as exc:  # a lone "{" or "}"
+        raise TemplateError(f"{source}: not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+    unknown = list(dict.fromkeys(n for n in names if n not in fields))
+    if unknown:
+        shown = ", ".join("{" + n + "}" for n in unknown)
+        known = ", ".join("{" + f + "}" for f in fields)
+        raise TemplateError(f"{source}: unknown field(s) {shown}{for_}; known fields: {known}")
+    for need in required:
+        if not set(names) & set(need):
+            raise TemplateError(f"{source}: the template must use " + " or ".join("{" + n + "}" for n in sorted(need)))
+    try:
+        text.format(**dict.fromkeys(fields, ""))
+    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+        raise TemplateError(f"{source}: the template does not render: {type(exc).__name__}: {exc}") from None
+    return text
