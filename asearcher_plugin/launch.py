@@ -112,7 +112,12 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     if settings is not None:
         from .scheduler.openrlhf import install
 
-        install(settings, per_call=config.agent.training_sequences == "per_call")
+        tools = config.agent.tools
+        install(
+            settings,
+            per_call=config.agent.training_sequences == "per_call",
+            kb_urls=tuple(tools.local.urls) if tools.backend == "local" else (),
+        )
     sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     watch = ActorWatch()
     watch.start()

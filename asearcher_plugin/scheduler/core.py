@@ -14,6 +14,10 @@ a larger admission staleness, which is reported, and which importance-sampling c
 afresh once (then drops it), so that no consumed trajectory is staler than eta. `on_stale="mask"` admits
 as `keep` does; the trainer's adapter then takes out of the loss every model turn generated more than eta
 versions before the update that trains it (`stale_spans`), while the trajectory's reward still counts.
+
+A group whose rollout raised `EndpointOutage` (a tool endpoint down, not the model's doing) is discarded and runs
+again, keeping its place; its failure opens the `OutageBreaker`, which pauses all admission until the endpoints
+answer (see breaker.py).
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .breaker import OutageBreaker
+from .errors import EndpointOutage, FatalRolloutError
+
+__all__ = ["FatalRolloutError", "Group", "StreamingScheduler", "VersionClock", "stale_spans", "token_versions"]
+
 log = logging.getLogger(__name__)
-
-
-class FatalRolloutError(RuntimeError):
-    """Not a failed trajectory but a broken fleet (e.g. an engine died): stops the scheduler."""
 
 
 @dataclass
@@ -44,6 +49,7 @@ class Group:
     admitted_version: int = 0
     attempts: int = 0
     restarts: int = 0  # times it was started afresh after falling more than eta versions behind
+    trips_at_start: int = 0  # the outage breaker's failure count when this attempt started
 
 
 RunGroup = Callable[[Any], Awaitable[list]]
@@ -98,6 +104,7 @@ class StreamingScheduler:
         max_stale_restarts: int = 1,
         consume_lag: int = 0,
         admitted_before: int = 0,
+        breaker: OutageBreaker | None = None,
     ):
         """`consume_lag`: versions between the engines' weights and those that train the next batch handed out
         (OpenRLHF's async queue adds async_queue_size); "restart" counts staleness against the latter.
@@ -118,6 +125,8 @@ class StreamingScheduler:
         self.exhausted = False
         self._retry: list[Group] = []
         self._restart: list[Group] = []
+        self._rerun: list[Group] = []  # discarded for an endpoint outage: run again once the endpoints answer
+        self.breaker = breaker or OutageBreaker(budget_s=float("inf"))
         self._in_flight: dict[asyncio.Task, Group] = {}
         self._ready: list[Group] = []
         self._counter = itertools.count()
@@ -133,6 +142,8 @@ class StreamingScheduler:
             "consumed": 0,
             "stale_restarted": 0,
             "stale_dropped": 0,
+            "outage_reruns": 0,
+            "outage_discarded": 0,
         }
 
     # -- what the trainer calls ------------------------------------------------------------
@@ -174,7 +185,7 @@ class StreamingScheduler:
 
     def unconsumed_prompts(self) -> list:
         """Prompts drawn and not yet handed out (running, finished, or waiting to run again), oldest first."""
-        groups = [*self._in_flight.values(), *self._ready, *self._retry, *self._restart]
+        groups = [*self._in_flight.values(), *self._ready, *self._retry, *self._restart, *self._rerun]
         return [g.prompt for g in sorted(groups, key=lambda g: g.index)]
 
     async def aclose(self) -> None:
@@ -183,17 +194,21 @@ class StreamingScheduler:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._in_flight.clear()
+        await self.breaker.aclose()
 
     async def _pump(self) -> None:
         try:
             while True:
                 self._admit()
-                if not self._in_flight and self.exhausted and not self._retry and not self._restart:
+                if not self._in_flight and self.exhausted and not (self._retry or self._restart or self._rerun):
                     return
                 self._changed.clear()
-                waiter = asyncio.ensure_future(self._changed.wait())
-                await asyncio.wait([*self._in_flight, waiter], return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                waiters = [asyncio.ensure_future(self._changed.wait())]
+                if self.breaker.open:
+                    waiters.append(asyncio.ensure_future(self.breaker.wait_closed()))
+                await asyncio.wait([*self._in_flight, *waiters], return_when=asyncio.FIRST_COMPLETED)
+                for waiter in waiters:
+                    waiter.cancel()
                 self._collect()
         finally:
             self._ready_event.set()
@@ -227,9 +242,15 @@ class StreamingScheduler:
                 self.stats["stale_dropped"] += 1
 
     def _admit(self) -> None:
-        while len(self._in_flight) < self.max_concurrent and (self._retry or self.admitted < self.capacity()):
-            if self._retry:
-                group = self._retry.pop(0)  # a retry keeps its place in the staleness budget
+        if self.breaker.open:  # nothing starts while the tool endpoints are down
+            self.breaker.check_budget()
+            return
+        while len(self._in_flight) < self.max_concurrent and (
+            self._rerun or self._retry or self.admitted < self.capacity()
+        ):
+            if self._rerun or self._retry:
+                # keeps its place in the staleness budget
+                group = self._rerun.pop(0) if self._rerun else self._retry.pop(0)
             elif self._restart:
                 group = self._restart.pop(0)  # keeps its index: consumed in dataset order when it finishes
                 self.admitted += 1
@@ -246,6 +267,7 @@ class StreamingScheduler:
                 group = Group(index=next(self._counter), prompt=prompt)
             group.admitted_version = self.version
             group.attempts += 1
+            group.trips_at_start = self.breaker.trips
             task = asyncio.ensure_future(self.run_group(group.prompt))
             self._in_flight[task] = group
             self.peak_over_capacity = max(self.peak_over_capacity, self.admitted - self.capacity())
@@ -256,6 +278,13 @@ class StreamingScheduler:
             exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
             if isinstance(exc, FatalRolloutError):
                 raise exc
+            if isinstance(exc, EndpointOutage):
+                self.stats["outage_reruns"] += 1
+                self.stats["outage_discarded"] += exc.trajectories
+                group.samples, group.attempts = [], group.attempts - 1  # not the prompt's failure
+                self._rerun.append(group)
+                self.breaker.trip(f"prompt {group.index}: {exc}")
+                continue
             if exc is not None:
                 self.stats["failed"] += 1
                 log.warning("rollout of prompt %s failed (attempt %d): %r", group.index, group.attempts, exc)
@@ -266,6 +295,7 @@ class StreamingScheduler:
                     self.admitted -= 1  # frees its slot: it will never be consumed
                 continue
             group.samples = task.result()
+            self.breaker.healthy(group.trips_at_start)
             self.stats["finished"] += 1
             if self.keep_group is not None and not self.keep_group(group):
                 self.stats["filtered"] += 1

@@ -19,6 +19,11 @@ of its groups in flight) and returns the first B complete groups, oldest admitte
   k (OpenRLHF trains batches in order), so staleness = train version - admission version. The
   async queue alone makes it >= async_queue_size.
 
+Outages: a group any of whose trajectories had a tool call fail for the infrastructure's sake (`tool_errors_infra`
+in its extra_logs) never reaches the trainer: it is discarded and runs again (core.py), and the breaker pauses
+admission until the KB servers answer a real `/retrieve` request again (breaker.py). The cumulative outage time,
+groups re-run and trajectories discarded ride on every sample's info, so OpenRLHF logs them with its metrics.
+
 Resume: prompts drawn but not yet trained on would be lost with a checkpoint, since the
 dataloader's position is already past them. The dataloader's `state_dict()` therefore returns a
 snapshot taken when the batch was handed out, with those prompts under `REPLAY_KEY`;
@@ -39,8 +44,10 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
 from ..config import SchedulerConfig
+from .breaker import OutageBreaker
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
 from .core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
+from .errors import EndpointOutage
 from .per_call import GROUP_KEY, TRAJECTORY_KEY, PerCallPolicy, PerCallTrainer, mixed
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
@@ -102,10 +109,14 @@ async def await_group(ref):
 
 
 class StreamingSamplesGenerator(SamplesGenerator):
-    def __init__(self, *args, settings: SchedulerConfig, per_call: bool = False, **kwargs):
+    def __init__(
+        self, *args, settings: SchedulerConfig, per_call: bool = False, kb_urls: tuple[str, ...] = (), **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.settings = settings
         self.per_call = per_call
+        self.kb_urls = tuple(kb_urls)  # what the breaker asks during an outage; none: half-open trials
+        self._breaker: OutageBreaker | None = None
         self.trainer_steps = TrainerSteps(prefilled=self.args.train.async_queue_size)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sched: StreamingScheduler | None = None
@@ -113,7 +124,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         self._calls = self._handed_out = self._episode = self._admitted_before = 0
         self._drawn_reported = 0
         self.engine_groups = [0] * len(self.vllm_engines)  # groups in flight per engine, kept on the loop
-        self.totals = {"consumed_prompts": 0, "filtered": 0, "failed": 0, "stale_restarted": 0, "stale_dropped": 0}
+        self.totals = {key: 0 for key in ("consumed_prompts", *EPISODE_TOTALS)}
         self._carry_unconsumed_in_checkpoints()
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -178,6 +189,13 @@ class StreamingSamplesGenerator(SamplesGenerator):
                 responses = await await_group(ref)
             finally:
                 self.engine_groups[engine] -= 1
+            infra = [r for r in responses if (r.get("extra_logs") or {}).get("tool_errors_infra")]
+            if infra:  # the endpoints', not the model's: never trained on
+                raise EndpointOutage(
+                    f"{len(infra)} of {len(responses)} trajectories had tool calls fail for the infrastructure "
+                    f"({sum(r['extra_logs']['tool_errors_infra'] for r in infra):.0f} calls)",
+                    trajectories=len(responses),
+                )
             experiences = []
             for trajectory, r in enumerate(responses):  # OpenRLHF's dicts, from `Trajectory.to_openrlhf()`
                 # per_call: one sample per sequence, each with the trajectory's reward and extra_logs
@@ -188,6 +206,8 @@ class StreamingSamplesGenerator(SamplesGenerator):
             return experiences
 
         async def build():
+            if self._breaker is None:  # one per run: an outage may span episodes
+                self._breaker = OutageBreaker(s.outage_budget_s, probe=kb_probe(self.kb_urls))
             return StreamingScheduler(
                 run_group,
                 prompts(),
@@ -198,6 +218,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
                 on_stale=s.on_stale,
                 consume_lag=args.train.async_queue_size,
                 admitted_before=self._admitted_before,
+                breaker=self._breaker,
             )
 
         self._drawn_reported = self._replayed = 0
@@ -245,10 +266,13 @@ class StreamingSamplesGenerator(SamplesGenerator):
             groups = []
         train_version = self._handed_out
         samples, turn_versions, trajectories = [], {}, 0
+        outage = self._outage_totals(sched)
         for j, g in enumerate(groups):
             for e in g.samples:
                 e.info["policy_version_admitted"] = _tensor(g.admitted_version)
                 e.info["staleness"] = _tensor(train_version - g.admitted_version)
+                for key, value in outage.items():
+                    e.info[key] = _tensor(value)
                 turn_versions.setdefault(g.index, []).append(self._mark_stale_turns(e, train_version))
                 if self.per_call:  # which trajectory and group each sequence is, for the trainer's advantages
                     e.info[TRAJECTORY_KEY] = _tensor(trajectories + e.asearcher_trajectory)
@@ -294,9 +318,17 @@ class StreamingSamplesGenerator(SamplesGenerator):
         e.info["stale_tokens_masked"] = _tensor(masked)
         return versions
 
+    def _outage_totals(self, sched) -> dict:
+        """This run's outages so far, as OpenRLHF's metrics show them."""
+        return {
+            "outage_seconds": round(self._breaker.outage_seconds, 1),
+            "outage_groups_rerun": self.totals["outage_reruns"] + sched.stats["outage_reruns"],
+            "outage_trajectories_discarded": self.totals["outage_discarded"] + sched.stats["outage_discarded"],
+        }
+
     def _end_episode(self):
         sched, self._sched = self._sched, None
-        for key in ("filtered", "failed", "stale_restarted", "stale_dropped"):
+        for key in EPISODE_TOTALS:
             self.totals[key] += sched.stats[key]
         self._run(sched.aclose())
         self._admitted_before = sched.admitted
@@ -308,7 +340,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         staleness = [train_version - g.admitted_version for g in groups]
         logger.info(
             "streaming rollout: batch %d (episode %d) at engine version %d, %d groups, staleness max %s, "
-            "%d groups in flight, %s",
+            "%d groups in flight, %s, outage %.1f s",
             train_version,
             self._episode,
             version,
@@ -316,6 +348,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
             max(staleness, default="-"),
             len(sched.in_flight()),
             sched.stats,
+            self._breaker.outage_seconds,
         )
         if not self.settings.trace:
             return
@@ -334,6 +367,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
             "in_flight": len(sched.in_flight()),
             "engine_groups": list(self.engine_groups),
             "stats": dict(sched.stats),
+            "outage_seconds": self._breaker.outage_seconds,
             "groups": [
                 {
                     "index": g.index,
@@ -352,6 +386,27 @@ class StreamingSamplesGenerator(SamplesGenerator):
         }
         with open(self.settings.trace, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
+
+
+EPISODE_TOTALS = ("filtered", "failed", "stale_restarted", "stale_dropped", "outage_reruns", "outage_discarded")
+
+
+def kb_probe(urls: tuple[str, ...]):
+    """Whether any KB server answers a real Search-R1 `/retrieve` request (the start-up check's), or None."""
+    if not urls:
+        return None
+    from ..tools.preflight import answers_retrieve
+
+    async def probe() -> bool:
+        for url in urls:
+            try:
+                await asyncio.to_thread(answers_retrieve, url, 5.0)
+                return True
+            except Exception:  # noqa: BLE001 - any failure is a server not answering
+                continue
+        return False
+
+    return probe
 
 
 class _CallRecorder:
@@ -392,12 +447,13 @@ def _text(prompt) -> str:
     return prompt if isinstance(prompt, str) else repr(prompt)
 
 
-def streaming_actor_class(settings: SchedulerConfig, per_call: bool = False):
+def streaming_actor_class(settings: SchedulerConfig, per_call: bool = False, kb_urls: tuple[str, ...] = ()):
     """A subclass of OpenRLHF's generator actor carrying `settings`; made per run so they travel with it."""
 
     class StreamingGenerateSamplesActor(stock_generator_actor().__ray_actor_class__):
         scheduler_settings = settings
         per_call_sequences = per_call
+        probe_urls = tuple(kb_urls)
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -410,6 +466,7 @@ def streaming_actor_class(settings: SchedulerConfig, per_call: bool = False):
                 vllm_engines=stock.vllm_engines,
                 settings=self.scheduler_settings,
                 per_call=self.per_call_sequences,
+                kb_urls=self.probe_urls,
             )
             self.rollout_slots = SlotTap(self.rollout_slots, self.samples_generator.trainer_steps)
 
@@ -431,9 +488,9 @@ def _ray_job() -> str | None:
     return f"{context.get_job_id()}@{context.get_node_id()[:12]}"
 
 
-def install(settings: SchedulerConfig, per_call: bool = False) -> None:
+def install(settings: SchedulerConfig, per_call: bool = False, kb_urls: tuple[str, ...] = ()) -> None:
     """In the driver, after `ray.init()` and before `train()`: OpenRLHF's async trainer will build the streaming
-    generator actor.
+    generator actor. `kb_urls`: the KB servers the agent searches, asked during an outage whether they are back.
 
     Ray exports `PPOTrainerAsync` (with the module globals it sees then) once per Ray job, so an install holds for
     exactly one job: it is bound to the running job, and a second install (or an uninstall) in that job is refused
@@ -451,7 +508,7 @@ def install(settings: SchedulerConfig, per_call: bool = False) -> None:
         )
     check_contract()
     stock_generator_actor()
-    async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings, per_call))
+    async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings, per_call, kb_urls))
     _restore_per_call()  # an earlier job's
     if per_call:  # the trainer's advantages and the policy's optimizer steps, per trajectory (per_call.py)
         from openrlhf.trainer.ray import ppo_actor
