@@ -8,7 +8,12 @@ One command: `python benchmarks/faults.py [--requests 2000] [--clients 32]`. Eve
 - replica kill: the good searches through `RetrievalClient` over two servers, one killed with SIGKILL a
   quarter of the way in;
 - slow-loris: the good searches while hundreds of connections send headers one byte at a time, or
-  nothing, or stop halfway.
+  nothing, or stop halfway;
+- KB down mid-training: a CPU training run through OpenRLHF's own `train()` whose KB server is killed and started
+  again (benchmarks/train_outage.py): nothing that failed for the infrastructure may reach the trainer.
+
+`--scenarios` runs some of them; the rows of the others are kept from the last run that measured them
+(benchmarks/results/faults.json), and the note says when that was.
 
 Tried: requests sent. Failed: good requests answered with anything but their result, or bad requests
 answered 5xx (through the client: attempts that failed and were retried). Lost: requests that got no
@@ -24,6 +29,7 @@ import os
 import signal
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import httpx
@@ -32,6 +38,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import train_outage  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 from local_retriever.build import ensure_sample_kb  # noqa: E402
 from local_retriever.client import RetrievalClient  # noqa: E402
@@ -261,25 +268,48 @@ def scenario_loris(kb: Path, n: int, clients: int, slow: int) -> tuple[list, dic
     )
 
 
+SCENARIOS = ("poison", "replica_kill", "slow_loris", "train_outage")
+RESULTS = ROOT / "benchmarks" / "results" / "faults.json"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=2000, help="good requests per scenario")
     ap.add_argument("--clients", type=int, default=32, help="good requests in flight")
     ap.add_argument("--slow", type=int, default=300, help="slow-loris connections")
+    ap.add_argument("--train-prompts", type=int, default=8, help="prompts of the training run (n=2 each)")
+    ap.add_argument("--outage-s", type=float, default=15.0, help="seconds the KB stays down in the training run")
+    ap.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     args = ap.parse_args()
     kb = ensure_sample_kb(Path("runs/sample-kb"))
-    rows, payload = [], {"args": vars(args)}
-    for name, run in (
-        ("poison", lambda: scenario_poison(kb, args.requests, args.clients)),
-        ("replica_kill", lambda: scenario_kill(kb, args.requests, args.clients)),
-        ("slow_loris", lambda: scenario_loris(kb, args.requests, args.clients, args.slow)),
-    ):
-        got, payload[name] = run()
+    runs = {
+        "poison": lambda: scenario_poison(kb, args.requests, args.clients),
+        "replica_kill": lambda: scenario_kill(kb, args.requests, args.clients),
+        "slow_loris": lambda: scenario_loris(kb, args.requests, args.clients, args.slow),
+        "train_outage": lambda: train_outage.run(
+            kb, ROOT / "runs" / "bench-train-outage", args.train_prompts, args.outage_s
+        ),
+    }
+    earlier = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    payload, rows = {"args": vars(args), "measured": {}}, []
+    for name in SCENARIOS:
+        if name in args.scenarios:
+            got, payload[name] = runs[name]()
+            payload["measured"][name] = date.today().isoformat()
+            print(json.dumps({name: payload[name]}, default=str))
+        elif name in earlier.get("rows", {}):
+            got, payload[name] = earlier["rows"][name], earlier.get(name)
+            payload["measured"][name] = earlier.get("measured", {}).get(name, "an earlier run")
+        else:
+            continue
+        payload.setdefault("rows", {})[name] = got
         rows += got
-        print(json.dumps({name: payload[name]}, default=str))
+    when = "; ".join(f"{name} {day}" for name, day in payload["measured"].items())
     note = (
         f"{args.requests} good requests per scenario ({args.clients} in flight; 1 in 8 a page read), sample KB "
-        "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback"
+        "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback; the "
+        "training run: OpenRLHF's own train() on CPU with the streaming scheduler, the scripted workload (1-8 "
+        f"turns of 1 s, real searches, BM25), KB down {args.outage_s:g} s. Measured: {when}"
     )
     print(publish("faults", ["scenario", "traffic", "tried", "failed", "lost", "notes"], rows, note, payload))
 
