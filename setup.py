@@ -28,12 +28,19 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["asearcher_plugin*", "local_retriever*", "data_synth*"]),
+    # The drop-in recipes live at the top of the repository, where a user looks first; the wheel ships them inside
+    # the package as asearcher_plugin/recipes/, so a recipe name works from a pip install (asearcher_plugin/recipe.py).
+    packages=[
+        *find_packages(include=["asearcher_plugin*", "local_retriever*", "data_synth*"]),
+        "asearcher_plugin.recipes",
+    ],
+    package_dir={"asearcher_plugin.recipes": "recipes"},
     package_data={
         "local_retriever": ["data/*.jsonl"],
         "asearcher_plugin.agent": ["templates/*.txt"],
         "asearcher_plugin.demo": ["static/*"],  # the demo page: plain HTML, CSS and JS, no build step
-        "asearcher_plugin": ["judge_templates/*.txt", "recipes/*.yaml"],
+        "asearcher_plugin": ["judge_templates/*.txt"],
+        "asearcher_plugin.recipes": ["*.yaml"],
     },
     install_requires=[
         # torch is left unpinned here so GPU installs keep the CUDA build vLLM wants;

@@ -1,9 +1,9 @@
 """Recipes: one YAML file holding the agent config, the scheduler config and the OpenRLHF flags of a training run.
 
-A recipe is given by name (a file shipped in `asearcher_plugin/recipes/`, so it works from a pip install) or by
-path. `Recipe.load` validates every section (an unknown or invalid field is an error naming the file and the field);
-`Recipe.check` adds what needs OpenRLHF: its own parser and argument checks, and the scheduler settings resolved
-against them. `asearcher train RECIPE --dry-run` is `load` then `check`.
+A recipe is given by name (a file in the repository's `recipes/`, shipped in the wheel, so it works from a pip
+install) or by path. `Recipe.load` validates every section (an unknown or invalid field is an error naming the file
+and the field); `Recipe.check` adds what needs OpenRLHF: its own parser and argument checks, and the scheduler
+settings resolved against them. `asearcher train RECIPE --dry-run` is `load` then `check`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from .config import AgentConfig, ConfigError, RunConfig, SchedulerConfig, validation_problems
 from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
-RECIPE_DIR = Path(__file__).with_name("recipes")
+# The recipes live at the top of the repository (recipes/), where a user looks first; a wheel ships them inside the
+# package (setup.py maps them to asearcher_plugin/recipes/), so a name resolves from a checkout and from a pip install.
+_PACKAGED = Path(__file__).with_name("recipes")
+RECIPE_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[1] / "recipes"
 SECTIONS = ("description", "resources", "agent", "scheduler", "openrlhf")
 SCALARS = (bool, int, float, str)
 

@@ -19,7 +19,7 @@ from asearcher_plugin.yamlio import YamlInputError, load_yaml, parse_assignment
 from data_synth.config import SynthConfigError, load_synth_config
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "asearcher_plugin" / "recipes" / "local_7b_1node.yaml"
+RECIPE = ROOT / "recipes" / "local_7b_1node.yaml"
 
 
 def _recipe_with(tmp_path, agent_text: str) -> Path:

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from asearcher_plugin.recipe import (
     recipe_names,
     resolve_recipe,
 )
-from tests.wheel_helpers import build_and_install
+from tests.wheel_helpers import ROOT, build_and_install, install_in_fresh_venv
 
 RECIPES = recipe_names()
 BASE = "local_7b_1node"
@@ -30,6 +31,8 @@ BASE = "local_7b_1node"
 def test_there_are_the_recipes_users_expect():
     assert set(RECIPES) >= {"local_7b_1node", "local_14b_2nodes", "local_7b_16nodes", "web_qwq32b", "cpu_tiny"}
     assert resolve_recipe("cpu_tiny") == resolve_recipe("cpu_tiny.yaml") == RECIPE_DIR / "cpu_tiny.yaml"
+    # from the checkout (an editable install), the names are the files at the top of the repository
+    assert RECIPE_DIR == ROOT / "recipes" and not (ROOT / "asearcher_plugin" / "recipes").exists()
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -197,25 +200,29 @@ def test_the_job_command_makes_local_relative_paths_absolute(tmp_path, monkeypat
 
 
 def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):
-    """From a pip install, outside the checkout: `asearcher train local_7b_1node --dry-run` resolves and validates."""
-    wheel, target = build_and_install(tmp_path)
+    """From a pip install in a fresh virtual environment, outside the checkout: `asearcher train local_7b_1node
+    --dry-run` resolves and validates."""
+    wheel, _ = build_and_install(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"asearcher_plugin/recipes/{name}.yaml" for name in RECIPES} <= names
+    python = install_in_fresh_venv(tmp_path, wheel)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASEARCHER_")}
-    env["PYTHONPATH"] = str(target)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASEARCHER_") and k != "PYTHONPATH"}
     probe = (
         "import asearcher_plugin.recipe as r; print(r.__file__); print(r.resolve_recipe('local_7b_1node')); "
         "print(r.recipe_names())"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=elsewhere, env=env
+        [python, "-c", probe], capture_output=True, text=True, check=True, cwd=elsewhere, env=env
     ).stdout.splitlines()
-    assert out[0].startswith(str(target)) and out[1] == str(target / "asearcher_plugin/recipes/local_7b_1node.yaml")
+    installed = Path(out[0]).parent  # site-packages/asearcher_plugin of the new environment
+    assert installed.is_relative_to(tmp_path / "venv") and installed.name == "asearcher_plugin"
+    assert out[1] == str(installed / "recipes/local_7b_1node.yaml")
     assert eval(out[2]) == RECIPES
+    target = installed.parent
     dry = subprocess.run(
-        [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--dry-run"],
+        [python, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--dry-run"],
         capture_output=True,
         text=True,
         cwd=elsewhere,
@@ -226,7 +233,7 @@ def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):
     assert (
         f"{target}/asearcher_plugin/env.py"
         in subprocess.run(
-            [sys.executable, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--print-cmd"],
+            [python, "-m", "asearcher_plugin.cli", "train", "local_7b_1node", "--print-cmd"],
             capture_output=True,
             text=True,
             check=True,

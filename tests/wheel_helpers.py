@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ def build_and_install(tmp_path: Path) -> tuple[Path, Path]:
     """(the wheel, the directory it is installed in with `pip install --target`); put the latter on sys.path."""
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for name in ("asearcher_plugin", "local_retriever", "data_synth"):
+    for name in ("asearcher_plugin", "local_retriever", "data_synth", "recipes"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     for name in ("setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -32,3 +33,28 @@ def build_and_install(tmp_path: Path) -> tuple[Path, Path]:
         capture_output=True,
     )
     return wheel, target
+
+
+def install_in_fresh_venv(tmp_path: Path, wheel: Path) -> Path:
+    """A new virtual environment with the wheel installed in it, as `pip install` leaves it; its Python.
+
+    The checkout is not on its path. The dependencies are this environment's, named in a `.pth` file, so nothing is
+    downloaded; this environment's editable install of the project is not among them (its finder is set up by a
+    `.pth` file of its own, which a listed directory does not run).
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return python
