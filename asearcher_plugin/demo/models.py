@@ -52,7 +52,7 @@ class Engine:
 class Models:
     def __init__(self, tiny_dir: str | Path):
         self.tiny_dir = Path(tiny_dir)
-        self._hf: dict[str, object] = {}
+        self.hf_engines: dict[str, object] = {}  # by resolved folder: loaded once, shared by runs
         self._loading = asyncio.Lock()  # one model load at a time; runs that need the same one wait for it
 
     async def engine(self, choice: ModelChoice, agent_type: str, question: str, golds: list[str]) -> Engine:
@@ -69,9 +69,9 @@ class Models:
     async def _hf_engine(self, path: str, tiny: bool = False):
         async with self._loading:
             key = str(Path(path).expanduser().resolve())
-            if key not in self._hf:
-                self._hf[key] = await asyncio.to_thread(_load_hf, Path(key), tiny)
-            return self._hf[key]
+            if key not in self.hf_engines:
+                self.hf_engines[key] = await asyncio.to_thread(_load_hf, Path(key), tiny)
+            return self.hf_engines[key]
 
     async def _openai(self, choice: ModelChoice) -> Engine:
         from ..engines.openai import OpenAIEngine

@@ -1,0 +1,246 @@
+"""`asearcher demo` over real HTTP and WebSocket: the sample KB server, the tiny model, the scripted reference policy.
+
+Bad input is refused with a message naming it and the same page goes on working; a stopped run, or a page
+closed mid-run, ends the engine's generation at the next token; a finished run saves as the line `asearcher eval`
+writes for the same question, and that line (or an eval file) replays into the turns the run streamed.
+"""
+
+import asyncio
+import json
+import threading
+
+import pytest
+from websockets.sync.client import connect
+
+from asearcher_plugin.config import AgentConfig
+from asearcher_plugin.demo.redact import MASK
+from asearcher_plugin.demo.server import NETWORK_WARNING, create_app, is_loopback
+from asearcher_plugin.engines.hf import HFEngine
+from tests.helpers import free_port, serve_app
+
+QUESTION, GOLD = "What is the capital and largest city of Angola?", "Luanda"
+TERMINAL = {"finished", "stopped", "error"}
+
+
+@pytest.fixture(scope="module")
+def demo(kb_server, tiny_model):
+    app = create_app(kb_server, tiny_model)
+    with serve_app(app) as url:
+        yield url, app
+
+
+def ws_url(base: str) -> str:
+    return base.replace("http://", "ws://") + "/ws"
+
+
+def recv(ws, timeout=120) -> dict:
+    return json.loads(ws.recv(timeout=timeout))
+
+
+def start(ws, request: dict, ref=1) -> dict:
+    ws.send(json.dumps({"op": "start", "ref": ref, "request": request}))
+    return recv(ws)
+
+
+def run_to_end(ws, request: dict) -> tuple[str, list[dict]]:
+    reply = start(ws, request)
+    assert reply["type"] == "accepted", reply
+    events = []
+    while not events or events[-1]["type"] not in TERMINAL:
+        events.append(recv(ws))
+    return reply["run"], events
+
+
+def reference_request(**overrides) -> dict:
+    return {"question": QUESTION, "gold": GOLD, "model": {"kind": "reference"}, **overrides}
+
+
+def test_bad_requests_are_refused_by_name_and_the_page_goes_on(demo):
+    url, _ = demo
+    with connect(ws_url(url)) as ws:
+        assert "empty" in start(ws, {"question": "  \n "})["error"]
+        long = start(ws, {"question": "x" * 100_000})
+        assert long["type"] == "rejected" and "100,000 characters" in long["error"]
+        # a browser's JSON.stringify escapes a lone surrogate like this; the frame itself is valid UTF-8
+        ws.send('{"op": "start", "ref": 7, "request": {"question": "capital of \\ud800 Angola"}}')
+        lone = recv(ws)
+        assert lone["ref"] == 7 and "lone surrogate (U+D800) at character 12" in lone["error"]
+        ws.send('{"op": "start", "ref": 8, "request": {"question": "q", "gold": "\\udfff"}}')
+        assert "gold answer holds a lone surrogate" in recv(ws)["error"]
+        ws.send("not json {")
+        assert recv(ws)["error"] == "a message must be JSON"
+        ws.send(json.dumps({"op": "launch"}))
+        assert "op must be start or stop" in recv(ws)["error"]
+        bad_url = start(ws, {"question": "q", "model": {"kind": "openai", "url": "ftp://x"}})
+        assert "model url" in bad_url["error"] and "not an http(s) URL" in bad_url["error"]
+        assert "max_turns" in start(ws, {"question": "q", "max_turns": 0})["error"]
+        ws.send(json.dumps({"op": "stop", "run": "r999"}))
+        assert "r999 is not running" in recv(ws)["error"]
+        # nothing broke: the same page runs a question
+        _, events = run_to_end(ws, reference_request())
+        assert events[-1]["type"] == "finished"
+
+
+def test_unreachable_kb_and_model_server_are_reported_before_any_turn(demo):
+    url, _ = demo
+    dead = f"http://127.0.0.1:{free_port()}"
+    with connect(ws_url(url)) as ws:
+        _, events = run_to_end(ws, reference_request(tools={"kb_url": dead}))
+        assert [e["type"] for e in events][-1] == "error"
+        assert f"knowledge base at {dead} is not reachable" in events[-1]["text"]
+        _, events = run_to_end(ws, {"question": QUESTION, "model": {"kind": "openai", "url": dead + "/v1"}})
+        assert events[-1]["type"] == "error" and f"model server {dead}/v1 is not reachable" in events[-1]["text"]
+        assert not any(e["type"] == "turn" for e in events)
+
+
+def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path):
+    pytest.importorskip("asearcher_plugin.engines.reference_policy")
+    url, app = demo
+    with connect(ws_url(url)) as ws:
+        run_id, events = run_to_end(ws, reference_request())
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "finished" and kinds.index("started") < kinds.index("turn")
+    turns = [e for e in events if e["type"] == "turn"]
+    assert [(t["turn"], t["action"]) for t in turns] == [(1, "search"), (2, "access"), (3, "answer")]
+    assert turns[0]["argument"] == QUESTION and "Doc 1(Title: Angola)" in turns[0]["feedback"]
+    assert turns[1]["argument"] == "https://en.wikipedia.org/wiki/Angola" and ">>>> Page 1 of" in turns[1]["feedback"]
+    end = events[-1]
+    assert end["answer"] == GOLD and end["scores"]["em"] == 1.0 and end["stats"]["searches"] == 1.0
+
+    import httpx
+
+    line = httpx.get(f"{url}/api/runs/{run_id}/line").text
+    saved = json.loads(line)
+    # the line `asearcher eval` writes for the same question, model and agent settings
+    from asearcher_plugin.engines.reference_policy import ReferencePolicy
+    from asearcher_plugin.eval.runner import run_eval
+
+    manager = app.state.manager
+    tok = next(iter(manager.models.hf_engines.values())).tokenizer
+    config: AgentConfig = manager.agent_config(manager.runs[run_id].request)
+    policy = ReferencePolicy(tok, config.agent_type, {QUESTION: [GOLD]})
+    items = [{"dataset": "demo", "id": run_id, "question": QUESTION, "golden_answers": [GOLD]}]
+    asyncio.run(run_eval(items, config, policy, tok, tmp_path, max_length=4096, progress=False))
+    written = json.loads((tmp_path / "trajectories.jsonl").read_text().splitlines()[0])
+    assert set(saved) == set(written)
+    for row in (saved, written):  # wall-clock figures aside
+        del row["seconds"], row["logs"]["tool_seconds"]
+    assert saved == written
+
+    replayed = httpx.post(f"{url}/api/replay", content=line).json()
+    (row,) = replayed["rows"]
+    assert [(t["action"], t["argument"], t["feedback"]) for t in row["turns"]] == [
+        (t["action"], t["argument"], t["feedback"]) for t in turns
+    ]
+    assert QUESTION in row["prompt"] and row["scores"]["f1"] == 1.0
+    # an eval file with a cut last line and a stray line: the good rows replay, the others are named by line number
+    mixed = line + "\nnot json\n" + json.dumps({"id": 1}) + "\n" + line[: len(line) // 2]
+    replayed = httpx.post(f"{url}/api/replay", content=mixed).json()
+    assert len(replayed["rows"]) == 1 and [p.split(":")[0] for p in replayed["problems"]] == [
+        "line 3",
+        "line 4",
+        "line 5",
+    ]
+    empty = httpx.post(f"{url}/api/replay", content="garbage\n")
+    assert empty.status_code == 400 and "no trajectory line in this file (line 1:" in empty.json()["error"]
+    running = httpx.get(f"{url}/api/runs/nope/line")
+    assert running.status_code == 404 and "no run 'nope'" in running.json()["error"]
+
+
+def test_a_model_that_never_acts_ends_with_the_reason(demo):
+    url, _ = demo
+    request = {"question": QUESTION, "model": {"kind": "tiny"}, "max_turns": 2, "max_new_tokens_per_turn": 6}
+    with connect(ws_url(url)) as ws:
+        _, events = run_to_end(ws, request)
+    turns = [e for e in events if e["type"] == "turn"]
+    end = events[-1]
+    assert end["type"] == "finished" and end["answer"] is None and end["scores"] is None  # no gold: not scored
+    assert [t["action"] for t in turns] == ["invalid", "invalid"]
+    assert "no action found" in turns[0]["error"] and "My previous action is invalid" in turns[0]["feedback"]
+    assert any("never wrote a valid action in 2 turn(s)" in n for n in end["notes"])
+    assert any("No gold answer given" in n for n in end["notes"])
+
+
+class GenerationSpy:
+    """Records each call of the engine's real `generate_sync` (the worker thread's work) and when it began."""
+
+    def __init__(self, engine: HFEngine):
+        self.entered, self.returned, self.outputs = threading.Event(), threading.Event(), []
+        real = engine.generate_sync
+
+        def spy(*args):
+            self.entered.set()
+            out = real(*args)
+            self.outputs.append(out.outputs[0])
+            self.returned.set()
+            return out
+
+        engine.generate_sync = spy
+
+
+@pytest.mark.parametrize("how", ["stop", "close the page"])
+def test_a_stopped_run_stops_the_engine(demo, tiny_model, how):
+    import httpx
+
+    url, app = demo
+    engine = HFEngine(str(tiny_model))
+    app.state.manager.models.hf_engines[str(tiny_model.resolve())] = engine
+    spy = GenerationSpy(engine)
+    engine.pause()  # the first call blocks before its first token, so the stop surely lands mid-generation
+    request = {"question": QUESTION, "model": {"kind": "tiny"}, "max_new_tokens_per_turn": 2000, "max_turns": 1}
+    try:
+        with connect(ws_url(url)) as ws:
+            run_id = start(ws, request)["run"]
+            assert spy.entered.wait(60)
+            if how == "stop":
+                ws.send(json.dumps({"op": "stop", "run": run_id}))
+                events = []
+                while not events or events[-1]["type"] not in TERMINAL:
+                    events.append(recv(ws))
+                assert events[-1]["type"] == "stopped" and "told to stop generating" in events[-1]["text"]
+        if how != "stop":  # the socket closed: the server cancels the page's runs
+            for _ in range(600):
+                if httpx.get(f"{url}/api/runs/{run_id}").json()["status"] != "running":
+                    break
+                threading.Event().wait(0.05)
+            assert httpx.get(f"{url}/api/runs/{run_id}").json()["status"] == "stopped"
+    finally:
+        engine.resume()
+    assert spy.returned.wait(60)
+    (out,) = spy.outputs
+    assert out.finish_reason == "abort" and len(out.token_ids) <= 1  # not 2000 tokens decoded for no one
+    with connect(ws_url(url)) as ws:  # and the server goes on
+        assert start(ws, {"question": ""})["type"] == "rejected"
+
+
+def test_no_environment_secret_leaves_the_server(demo, monkeypatch):
+    import httpx
+
+    url, _ = demo
+    secret = "sk-demo-secret-4f9a1c"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("SERPER_API_KEY", "serper-secret-77aa")
+    dead = f"http://127.0.0.1:{free_port()}/v1?key={secret}"
+    with connect(ws_url(url)) as ws:
+        _, events = run_to_end(ws, {"question": QUESTION, "model": {"kind": "openai", "url": dead}})
+    text = json.dumps(events)
+    assert secret not in text and MASK in events[-1]["text"]
+    options = httpx.get(f"{url}/api/options").text
+    assert "serper-secret-77aa" not in options and json.loads(options)["web_keys"]["SERPER_API_KEY"] is True
+
+
+def test_only_loopback_binds_quietly(monkeypatch, capsys):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.20") and not is_loopback("demo.example.org")
+    import uvicorn
+
+    from asearcher_plugin.demo import server
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw))
+    server.serve("0.0.0.0", 8123, "http://127.0.0.1:5005", "runs/tiny-model")
+    server.serve("127.0.0.1", 8124, "http://127.0.0.1:5005", "runs/tiny-model")
+    err = capsys.readouterr().err
+    assert err.count("is not a loopback address") == 1 and NETWORK_WARNING.split("{")[0] in err
+    assert "anyone who can reach this machine on port 8123" in err
+    assert [kw["host"] for kw in served] == ["0.0.0.0", "127.0.0.1"]
