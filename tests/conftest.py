@@ -7,30 +7,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# Markers by module, or by test where a module mixes kinds (see pytest.ini): `pytest -m "not slow"` is the quick loop,
-# `-m "not ray"` / `-m "not browser"` leave out what needs Ray or Chromium.
-MODULE_MARKS = {
-    "test_openrlhf_train_cpu": ("slow", "ray"),  # OpenRLHF's own train() on CPU stand-ins
-    "test_rollout_ray": ("slow", "ray"),
-    "test_scheduler_openrlhf": ("ray",),
-    "test_build_resume": ("slow",),  # kill -9 builds in subprocesses, then resumes
-    "test_eval_report_browser": ("browser",),
-}
-TEST_MARKS = {
-    "test_runs_in_shards_on_ray": ("slow", "ray"),
-    "test_quickstart_runs_the_whole_path": ("slow", "ray"),
-    "test_kb_quickstart_serves_and_asks_the_sample_questions": ("slow",),
-    "test_streaming_generator_hands_out_batches_of_complete_groups": ("slow",),
-    "test_every_episode_is_a_full_pass_over_the_prompts": ("slow",),
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        marks = MODULE_MARKS.get(module, ()) + TEST_MARKS.get(item.originalname or item.name, ())
-        for mark in dict.fromkeys(marks):
-            item.add_marker(getattr(pytest.mark, mark))
+# Markers (see pytest.ini) are written where the tests are: `pytestmark = [...]` for a whole module, a decorator on a
+# test where a module mixes kinds. `pytest -m "not slow"` is the quick loop; `-m "not ray"` / `-m "not browser"` leave
+# out what needs Ray or Chromium.
 
 
 @pytest.fixture(scope="session")
@@ -57,7 +36,7 @@ def hybrid_kb(sample_kb):
 def kb_server(hybrid_kb):
     """A real uvicorn server on loopback over the sample KB; yields its base URL."""
     from local_retriever.server import BodyLimit, ServerLimits, create_app
-    from tests.http_helpers import serve_app
+    from tests.helpers import serve_app
 
     limits = ServerLimits(max_queries=64, max_body_bytes=64 * 1024, max_query_chars=500)
     app = BodyLimit(create_app(hybrid_kb, limits), limits.max_body_bytes)
@@ -79,3 +58,30 @@ def tokenizer(tiny_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model))
+
+
+@pytest.fixture
+def model_server(tiny_model):
+    """A scripted OpenAI-compatible completions server (tests.helpers.ScriptedModel) answering the GAIA and FRAMES
+    sample questions, and refusing one too long for its context; `.url`, `.tokenizer`, `.calls`."""
+    from transformers import AutoTokenizer
+
+    from tests.helpers import FRAMES, GAIA, TOO_LONG, ScriptedModel, serve_app
+
+    answers = {r["question"]: r["golden_answers"][0] for r in GAIA + FRAMES}
+    answers[f"Which river {TOO_LONG} crosses Luanda?"] = "Kwanza"
+    model = ScriptedModel(AutoTokenizer.from_pretrained(tiny_model), answers)
+    with serve_app(model.app) as url:
+        model.url = url
+        yield model
+
+
+@pytest.fixture(scope="module")
+def long_page(hybrid_kb, kb_server):
+    """A KB page of more than one chunk, its URL, and its text as ASearcher's client reads it from /access."""
+    import httpx
+
+    page = hybrid_kb.pages.sample(1, seed=0, min_chars=30_000)[0]
+    row = httpx.post(f"{kb_server}/access", json={"urls": [page["url"]]}).json()["result"][0]
+    assert len(row["contents"]) > 25_000
+    return page["url"], row["contents"]

@@ -7,8 +7,7 @@ import sys
 import pytest
 
 from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets
-from tests.http_helpers import free_port
-from tests.test_eval_items import ScriptedModel, run_eval, write_jsonl
+from tests.helpers import ScriptedModel, free_port, run_eval, write_jsonl
 
 # ASearcher's test rows: `question` and `answer` (a string or a list), or `gt`; no ids.
 GAIA = [
@@ -26,7 +25,7 @@ FRAMES = [
 def model_server(tiny_model):
     from transformers import AutoTokenizer
 
-    from tests.http_helpers import serve_app
+    from tests.helpers import serve_app
 
     answers = dict(
         zip([r["question"] for r in GAIA + FRAMES], ["Luanda", "Atlantic", "Gershwin", "Nobel", "1954"])

@@ -17,6 +17,8 @@ import pytest
 from local_retriever.build import BuildOptions, build_kb
 from local_retriever.kb import KnowledgeBase
 
+pytestmark = [pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Patches `module:attr.path` so that its n-th call (counting only calls whose last positional

@@ -7,13 +7,7 @@ import sys
 import pytest
 
 from local_retriever.server_process import free_port, start_server, wait_healthy
-from tests.test_eval_items import model_server  # noqa: F401  (fixture: a scripted model server)
-
-CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
-
-
-def run(*args, timeout=600):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+from tests.helpers import run_cli
 
 
 def flat(text: str) -> str:
@@ -27,20 +21,20 @@ def test_build_reports_skipped_lines_and_strict_fails_with_line_number(tmp_path)
         '{"id": "0", "contents": "\\"Luanda\\"\\nLuanda is the capital of Angola."}\n{broken\n'
         '{"id": "1", "title": "Oslo", "text": "Oslo is the capital of Norway."}\n'
     )
-    ok = run("kb", "build", str(src), "--out", str(tmp_path / "kb"), "--no-dense")
+    ok = run_cli("kb", "build", str(src), "--out", str(tmp_path / "kb"), "--no-dense")
     assert ok.returncode == 0, ok.stderr
     assert "skipped_lines" in ok.stderr and "corpus.jsonl:2: invalid JSON" in ok.stderr
-    strict = run("kb", "build", str(src), "--out", str(tmp_path / "kb2"), "--no-dense", "--strict")
+    strict = run_cli("kb", "build", str(src), "--out", str(tmp_path / "kb2"), "--no-dense", "--strict")
     assert strict.returncode == 2 and "corpus.jsonl:2" in strict.stderr and "Traceback" not in strict.stderr
-    again = run("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")  # the deprecated positional
+    again = run_cli("kb", "build", str(src), str(tmp_path / "kb"), "--no-dense")  # the deprecated positional
     assert again.returncode == 2 and "--force" in again.stderr
     assert "note: the positional output folder is deprecated; use --out DIR" in again.stderr
 
 
 def test_serve_refuses_bad_arguments_clearly(tmp_path):
-    missing = run("kb", "serve", str(tmp_path / "nothing"))
+    missing = run_cli("kb", "serve", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "not a knowledge base" in missing.stderr
-    bad = run("kb", "serve", str(tmp_path), "--retriever", "magic")
+    bad = run_cli("kb", "serve", str(tmp_path), "--retriever", "magic")
     assert bad.returncode == 2 and "'magic' is not one of 'dense', 'bm25', 'hybrid'" in flat(bad.stderr)
 
 
@@ -55,7 +49,7 @@ def test_serve_refuses_bad_arguments_clearly(tmp_path):
 )
 def test_a_typo_in_a_choice_is_refused_before_any_work(tmp_path, command, typo):
     out = tmp_path / "kb"
-    result = run(*command, "--out", str(out), timeout=120)
+    result = run_cli(*command, "--out", str(out), timeout=120)
     assert result.returncode == 2 and "Invalid value for" in result.stderr, result.stderr[-2000:]
     assert f"'{typo}' is not one of" in flat(result.stderr)
     assert not out.exists()  # refused before the build started
@@ -76,14 +70,14 @@ def test_serve_and_query_processes(sample_kb):
     try:
         health = wait_healthy(url, proc)
         assert health["retriever"] == "bm25" and health["corpus_size"] > 1000
-        out = run("kb", "query", "Who wrote A Modest Proposal?", "--url", url, "--topk", "2", "--json")
+        out = run_cli("kb", "query", "Who wrote A Modest Proposal?", "--url", url, "--topk", "2", "--json")
         assert out.returncode == 0, out.stderr
         result = json.loads(out.stdout)
         assert result[0][0]["document"]["title"] == "A Modest Proposal"
         # a dead server first, given either way: the client fails over to the live one in both spellings
         dead = f"http://127.0.0.1:{free_port()}"
         for urls in (["--url", f"{dead},{url}"], ["--url", dead, "--url", url]):
-            again = run("kb", "query", "Who wrote A Modest Proposal?", *urls, "--topk", "2", "--json")
+            again = run_cli("kb", "query", "Who wrote A Modest Proposal?", *urls, "--topk", "2", "--json")
             assert again.returncode == 0, again.stderr
             assert json.loads(again.stdout) == result
     finally:
@@ -91,22 +85,25 @@ def test_serve_and_query_processes(sample_kb):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
     import shutil
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
-    out = run("kb", "quickstart", "--out", str(kb), "--port", str(free_port()), "--retriever", "bm25")
+    out = run_cli("kb", "quickstart", "--out", str(kb), "--port", str(free_port()), "--retriever", "bm25")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
     assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in out.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
     import shutil
 
     shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
-    out = run(
+    out = run_cli(
         "quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -184,7 +181,7 @@ def test_eval_set_overrides_the_agent_config_and_is_validated():
     ],
 )
 def test_eval_refuses_a_bad_set_before_loading_anything(tmp_path, item, problem):
-    out = run(
+    out = run_cli(
         "eval", "--hf-model", str(tmp_path / "no-model"), "--set", item, "--out", str(tmp_path / "eval"), timeout=120
     )
     assert out.returncode == 2 and problem in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
@@ -192,11 +189,11 @@ def test_eval_refuses_a_bad_set_before_loading_anything(tmp_path, item, problem)
 
 
 def test_eval_set_is_applied_to_the_run(tmp_path, model_server):  # noqa: F811 (the fixture imported above)
-    from tests.test_eval_items import GAIA, write_jsonl
+    from tests.helpers import GAIA, write_jsonl
 
     data = write_jsonl(tmp_path / "gaia.jsonl", GAIA)
     out = tmp_path / "eval"
-    done = run(
+    done = run_cli(
         "eval",
         "--dataset",
         str(data),

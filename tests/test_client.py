@@ -15,7 +15,7 @@ from local_retriever.client import (
     RetrievalUnavailable,
     parse_urls,
 )
-from tests.http_helpers import free_port, serve_app
+from tests.helpers import free_port, serve_app
 
 
 def fake_kb(name: str, fail_first: int = 0, status: int = 503, delay: float = 0.0, wrong_len: bool = False):

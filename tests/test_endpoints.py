@@ -20,7 +20,7 @@ from local_retriever.endpoints import (
     MultiURLClient,
     URLPool,
 )
-from tests.http_helpers import free_port, serve_app
+from tests.helpers import free_port, serve_app
 
 
 def scripted(name: str, replies: list = ()):

@@ -11,7 +11,7 @@ from asearcher_plugin.engines.hf import HFEngine
 from asearcher_plugin.engines.openai import EngineUnavailable, OpenAIEngine
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.judge import JudgeUnavailable, judge, parse_verdict
-from tests.http_helpers import free_port, serve_app
+from tests.helpers import free_port, serve_app
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 
 from asearcher_plugin.agent.actions import parse_action
 from asearcher_plugin.config import AgentConfig, JudgeConfig
-from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, SamplingParams
+from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor, AgentInstance
 from asearcher_plugin.tools import make_toolbox
 from asearcher_plugin.tools.url_guard import BlockedURL, check_url
-from tests.http_helpers import free_port, serve_app
+from tests.helpers import ScriptedEngine, free_port, serve_app
 
 REQUIRED = {"rewards", "scores", "environment_feedback", "done", "extra_logs"}
 
@@ -115,38 +115,6 @@ def web(tmp_path, monkeypatch):
         yield url, config
 
 
-class ScriptedEngine:
-    """Stands in for the model to force exact turns: each call returns the next scripted turn,
-    tokenized with the real tokenizer, shaped like vLLM's RequestOutput.
-
-    A turn is (text, ending): "stop" ends at an action's closing tag (stop_reason is the stop
-    string), "eos" appends the EOS token (stop_reason is its id, as HFEngine reports it),
-    "eos-vllm" appends it with stop_reason None (vLLM's primary EOS), "eos-openai" has no EOS
-    token and no stop_reason (an OpenAI-compatible server), "length" ran out of tokens.
-    """
-
-    def __init__(self, tokenizer, turns):
-        self.tokenizer, self.turns, self.calls = tokenizer, list(turns), []
-
-    async def generate(self, prompt_token_ids, sampling_params):
-        text, ending = self.turns[min(len(self.calls), len(self.turns) - 1)]
-        self.calls.append(list(prompt_token_ids))
-        ids = self.tokenizer(text=text, add_special_tokens=False)["input_ids"]
-        finish, stop_reason = "stop", None
-        if ending == "stop":
-            stop_reason = next(s for s in ("</search>", "</access>", "</answer>") if text.endswith(s))
-        elif ending == "eos":
-            ids, stop_reason = ids + [self.tokenizer.eos_token_id], self.tokenizer.eos_token_id
-        elif ending == "eos-vllm":
-            ids = ids + [self.tokenizer.eos_token_id]
-        elif ending == "length":
-            finish = "length"
-        logprobs = [{t: Logprob(-1.0)} for t in ids] if sampling_params.logprobs is not None else None
-        return RequestOutput(
-            "r", list(prompt_token_ids), [CompletionOutput(0, text, ids, finish, stop_reason, logprobs)]
-        )
-
-
 # --- 1. every sample carries the same extra_logs keys --------------------------------------------------
 
 
@@ -166,7 +134,7 @@ def test_judge_outcomes_batch_into_one_experience(tokenizer, kb_server):
     """Judge answered, judge answered 500, judge down, no answer at all: one batch, identical keys."""
     from openrlhf.trainer.ppo_utils.experience import Experience, make_experience_batch, split_experience_batch
 
-    from tests.test_env_openrlhf import samples_generator_module
+    from tests.helpers import samples_generator_module
 
     answer = [("<think>Orwell wrote it.</think> <answer>George Orwell</answer>", "stop")]
     no_answer = [("<search>author of Animal Farm</search>", "stop"), ("I do not know.", "length")]

@@ -5,7 +5,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 from asearcher_plugin.engines.hf import HFEngine
 from asearcher_plugin.engines.types import SamplingParams
+from tests.helpers import samples_generator_module
 
 
 def load_like_openrlhf(path: str):
@@ -25,35 +25,6 @@ def load_like_openrlhf(path: str):
     spec.loader.exec_module(module)
     assert issubclass(module.AgentExecutor, AgentExecutorBase)
     return module.AgentExecutor()
-
-
-def samples_generator_module():
-    """OpenRLHF's real samples generator, imported on CPU with its GPU-only imports stubbed.
-
-    The stubs, and the openrlhf modules imported against them, leave sys.modules again afterwards:
-    a stub left in place would shadow the real vllm stand-in and OpenRLHF's Ray launcher for every
-    later test in the session.
-    """
-    before = set(sys.modules)
-    stubs = {}
-    for name in ("ray", "vllm"):
-        if name not in sys.modules:
-            stubs[name] = types.ModuleType(name)
-            stubs[name].SamplingParams = SamplingParams
-    if "openrlhf.trainer.ray.vllm_engine" not in sys.modules:
-        engine_mod = stubs["openrlhf.trainer.ray.vllm_engine"] = types.ModuleType("openrlhf.trainer.ray.vllm_engine")
-        engine_mod.batch_vllm_engine_call = lambda *a, **k: None
-    sys.modules.update(stubs)
-    try:
-        from openrlhf.trainer.ppo_utils import samples_generator
-    finally:
-        for name in set(sys.modules) - before:
-            if name in stubs or name.startswith("openrlhf."):
-                del sys.modules[name]
-        package = sys.modules.get("openrlhf.trainer.ppo_utils")
-        if package is not None and "openrlhf.trainer.ppo_utils.samples_generator" not in sys.modules:
-            package.__dict__.pop("samples_generator", None)
-    return samples_generator
 
 
 @pytest.fixture()

@@ -8,8 +8,7 @@ from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
 from asearcher_plugin.eval.runner import run_eval, write_reports
 from asearcher_plugin.records import EvalRow, Trajectory
-from tests.http_helpers import free_port
-from tests.test_env_faults import ScriptedEngine
+from tests.helpers import ScriptedEngine, free_port
 
 ANSWER = [("<think>Orwell wrote it.</think> <answer>George Orwell</answer>", "stop")]
 

@@ -8,6 +8,8 @@ import pytest
 
 from asearcher_plugin.eval.runner import write_reports
 
+pytestmark = [pytest.mark.browser]
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = [
     "--headless",

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.http_helpers import free_port
+from tests.helpers import free_port
 
 
 def run(*args):
@@ -78,4 +78,6 @@ def test_eval_bad_input_is_named(tmp_path):
     bad = run("--dataset", "nope", "--hf-model", "x")
     assert bad.returncode == 2 and "built-ins are: sample" in bad.stderr
     both = run("--dataset", "sample", "--limit", "1")
-    assert both.returncode == 2 and "exactly one of --hf-model or --base-url" in both.stderr
+    assert (
+        both.returncode == 2 and "exactly one of --hf-model, --base-url or --scripted-reference-policy" in both.stderr
+    )

@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from local_retriever.client import RetrievalClient
 from local_retriever.sample import load_sample_questions
 from local_retriever.server_process import serving
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [q["question"] for q in load_sample_questions()]

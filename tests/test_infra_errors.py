@@ -15,7 +15,7 @@ import pytest
 from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.eval.runner import load_rows, run_eval
 from asearcher_plugin.tools import make_toolbox
-from tests.test_env_faults import ScriptedEngine
+from tests.helpers import ScriptedEngine
 
 
 def serve(status: int) -> str:
@@ -86,12 +86,18 @@ def test_an_outage_in_evaluation_is_failed_and_runs_again_on_resume(tmp_path, to
     items = [{"dataset": "d", "id": "q1", "question": "Which ocean lies west of Angola?", "golden_answers": ["x"]}]
     turns = [("<search>Angola coast</search>", "stop"), ("<answer>Atlantic</answer>", "stop")]
 
-    def evaluate(url):
+    def evaluate(url, out=tmp_path / "resumed"):
         engine = ScriptedEngine(tokenizer, turns)
-        asyncio.run(run_eval(items, config(url), engine, tokenizer, tmp_path, progress=False))
-        return {r.key: r for r in load_rows(tmp_path)}[("d", "q1", 0)]
+        asyncio.run(run_eval(items, config(url), engine, tokenizer, out, progress=False))
+        return {r.key: r for r in load_rows(out)}[("d", "q1", 0)]
+
+    def metrics(out):
+        return {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k != "card"}
 
     down = evaluate(dead_url())
     assert down.status == "failed" and "infrastructure" in down.error and down.reward is None
     up = evaluate(kb_server)  # the resumed run tries it again, and its score replaces the failure
     assert up.status == "ok" and up.logs["tool_errors_infra"] == 0.0 and up.answer == "Atlantic"
+    # after the resume, the metrics are those of a run the outage never touched
+    evaluate(kb_server, tmp_path / "uninterrupted")
+    assert metrics(tmp_path / "resumed") == metrics(tmp_path / "uninterrupted")

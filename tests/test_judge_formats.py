@@ -20,7 +20,7 @@ from asearcher_plugin.judge import (
     parse_asearcher_judgement,
     settings,
 )
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 # ASearcher's DefaultJudge prompt (evaluation/evaluate.py) with its fields filled in, as its judge sees it.
 ASEARCHER_PROMPT = (

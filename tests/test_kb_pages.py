@@ -8,7 +8,7 @@ import httpx
 from local_retriever.build import BuildOptions, build_kb
 from local_retriever.kb import KnowledgeBase
 from local_retriever.server import create_app
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 ROWS = [
     # wiki-18 / FlashRAG: the first line of `contents` is the title, quoted or not.

@@ -14,7 +14,7 @@ from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
 from asearcher_plugin.eval.datasets import DatasetError, load_dataset
 from asearcher_plugin.rollout import load_prompts
-from tests.test_env_faults import ScriptedEngine
+from tests.helpers import ScriptedEngine
 
 
 def _jsonl(path, rows):

@@ -10,113 +10,26 @@ tokenises each appended piece on its own and concatenates token ids; so do these
 tiny tokenizer, the real KB server and its pages; only the model's turns are scripted.
 """
 
-import asyncio
-
 import httpx
 import pytest
 
 from asearcher_plugin.agent.observations import doc_body, page_blocks, search_block
 from asearcher_plugin.agent.prompts import build_prompt, chat_prompt, reasoning_prompt
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
-from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, SamplingParams
 from asearcher_plugin.env import AgentExecutor
-
-QUESTION = "What is the capital of Angola?"
-TOOL_STOPS = ["</search>", "</access>", "</answer>"]
-
-
-def asearcher_search_text(rows: list[dict]) -> str:
-    if not rows:
-        return "<information>\nNo search results are found.\n</information>"
-    docs = [f"[Doc {k + 1}]({row['url']}):\n" + row["contents"][:5000] for k, row in enumerate(rows)]
-    return "<information>\n" + "\n\n".join(docs) + "\n</information>"
-
-
-def asearcher_page_texts(page: str) -> list[tuple[str, str]]:
-    """(text, short_text) of each chunk, as ASearcher queues them."""
-    if page is None or page.strip() == "":
-        text = "<information>\nNo More Information is Found for this URL.\n</information>"
-        return [(text, text)]
-    page, out = page[:250000], []
-    while len(page) > 0 and len(out) < 10:
-        n = min(25000, len(page))
-        head = f"<information>\n>>>> Page {len(out) + 1} >>>>\n\n"
-        out.append((head + page[:n] + "\n</information>", head + page[:100] + "\n</information>"))
-        page = page[n:]
-    return out
-
-
-def appended(text: str) -> str:
-    return "\n\n" + text + "\n<think>\n"
-
-
-class TurnEngine:
-    """The model's turns, scripted: each call returns the next text tokenized by the real tokenizer and
-    records the prompt ids and stop strings it was given."""
-
-    def __init__(self, tokenizer, turns: list[str]):
-        self.tokenizer, self.turns, self.calls, self.stops = tokenizer, turns, [], []
-
-    async def generate(self, prompt_token_ids, params):
-        text = self.turns[len(self.calls)]
-        self.calls.append(list(prompt_token_ids))
-        self.stops.append(list(params.stop))
-        ids = self.tokenizer(text=text, add_special_tokens=False)["input_ids"]
-        stop = next((s for s in params.stop if text.endswith(s)), None)
-        logprobs = [{t: Logprob(-0.5)} for t in ids] if params.logprobs is not None else None
-        return RequestOutput(
-            "r", list(prompt_token_ids), [CompletionOutput(0, text, ids, "stop" if stop else "length", stop, logprobs)]
-        )
-
-
-@pytest.fixture(scope="module")
-def long_page(hybrid_kb, kb_server):
-    """A KB page of more than one chunk, its URL, and its text as ASearcher's client reads it from /access."""
-    page = hybrid_kb.pages.sample(1, seed=0, min_chars=30_000)[0]
-    row = httpx.post(f"{kb_server}/access", json={"urls": [page["url"]]}).json()["result"][0]
-    assert len(row["contents"]) > 25_000
-    return page["url"], row["contents"]
-
-
-def config(kb_server, **agent) -> AgentConfig:
-    return AgentConfig.model_validate(
-        {
-            "agent_type": "asearcher",
-            "max_turns": 20,
-            "reward": {"format_factor": False},
-            "tools": {"observation_format": "asearcher", "topk": 5, "local": {"urls": [kb_server]}},
-            **agent,
-        }
-    )
-
-
-def ids(tokenizer, text: str) -> list[int]:
-    return tokenizer(text=text, add_special_tokens=False)["input_ids"]
-
-
-def run(executor, tokenizer, engine, max_length=400_000, logprobs=None):
-    params = SamplingParams(max_tokens=None, logprobs=logprobs)
-    return asyncio.run(executor.execute(QUESTION, '["Luanda"]', params, max_length, tokenizer, engine))
-
-
-def search_then_read_script(url: str, chunks: int) -> list[str]:
-    """Search, summarise, open a page, summarise each of its chunks, answer."""
-    return (
-        [
-            "<think>I should search.</think>\n<search>Angola capital</search>",
-            "The results name Luanda.</think>",
-            "\n<access>" + url + "</access>",
-        ]
-        + [f"Part {i} read.</think>" for i in range(1, chunks + 1)]
-        + ["\n<answer>Luanda</answer>"]
-    )
-
-
-def expected_blocks(kb_server, url: str, page: str):
-    hits = httpx.post(
-        f"{kb_server}/retrieve", json={"queries": ["Angola capital"], "topk": 5, "return_scores": False}
-    ).json()["result"][0]
-    return asearcher_search_text(hits), asearcher_page_texts(page)
+from tests.helpers import (
+    QUESTION,
+    TOOL_STOPS,
+    TurnEngine,
+    appended,
+    asearcher_config,
+    asearcher_page_texts,
+    asearcher_search_text,
+    execute,
+    expected_blocks,
+    ids,
+    search_then_read_script,
+)
 
 
 @pytest.mark.parametrize("for_training", [False, True])
@@ -128,7 +41,9 @@ def test_search_and_page_chunks_token_for_token(tokenizer, kb_server, long_page,
     assert len(chunks) == min(10, -(-len(page) // 25_000)) >= 2
     turns = search_then_read_script(url, len(chunks))
     engine = TurnEngine(tokenizer, turns)
-    result = run(AgentExecutor(config(kb_server), for_training=for_training), tokenizer, engine, logprobs=1)
+    result = execute(
+        AgentExecutor(asearcher_config(kb_server), for_training=for_training), tokenizer, engine, logprobs=1
+    )
 
     gen = [ids(tokenizer, t) for t in turns]
     prompt = ids(tokenizer, build_prompt("asearcher", QUESTION))
@@ -188,7 +103,7 @@ def test_missing_page_and_turn_without_action(tokenizer, kb_server):
     url = "https://en.wikipedia.org/wiki/No_such_article_anywhere_zz"
     turns = ["I am thinking", "\n<access>" + url + "</access>", "Nothing there.</think>", "<answer>Luanda</answer>"]
     engine = TurnEngine(tokenizer, turns)
-    result = run(AgentExecutor(config(kb_server), for_training=False), tokenizer, engine)
+    result = execute(AgentExecutor(asearcher_config(kb_server), for_training=False), tokenizer, engine)
     gen = [ids(tokenizer, t) for t in turns]
     prompt = ids(tokenizer, build_prompt("asearcher", QUESTION))
     empty = ids(tokenizer, appended("<information>\nNo More Information is Found for this URL.\n</information>"))
@@ -205,8 +120,8 @@ def test_rebuilding_agent_sees_a_chunk_whole_once_then_its_stub(tokenizer, kb_se
     ((full, stub),) = asearcher_page_texts(page)
     turns = ["<access>" + url + "</access>", "Read it.</think>", "<answer>Luanda</answer>"]
     engine = TurnEngine(tokenizer, turns)
-    run(
-        AgentExecutor(config(kb_server, agent_type="asearcher-reasoning"), for_training=False),
+    execute(
+        AgentExecutor(asearcher_config(kb_server, agent_type="asearcher-reasoning"), for_training=False),
         tokenizer,
         engine,
         max_length=200_000,

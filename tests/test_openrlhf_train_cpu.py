@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
 

@@ -12,15 +12,7 @@ import pytest
 from asearcher_plugin.agent.sequences import CallRecords
 from asearcher_plugin.config import ConfigError
 from asearcher_plugin.env import AgentExecutor
-from tests.test_observation_format import (
-    TurnEngine,
-    config,
-    expected_blocks,
-    ids,
-    long_page,  # noqa: F401 - the fixture
-    run,
-    search_then_read_script,
-)
+from tests.helpers import TurnEngine, asearcher_config, execute, expected_blocks, ids, search_then_read_script
 
 
 def out(token_ids, logprob=-0.5):
@@ -67,13 +59,13 @@ def check_sequences(result, engine, turns, tokenizer):
         assert len(seq["turn_times"]) == len(seq["action_ranges"])
 
 
-def test_asearcher_stubs_train_as_a_new_sequence_after_each_summarised_chunk(tokenizer, kb_server, long_page):  # noqa: F811
+def test_asearcher_stubs_train_as_a_new_sequence_after_each_summarised_chunk(tokenizer, kb_server, long_page):
     url, page = long_page
     _, chunks = expected_blocks(kb_server, url, page)
     turns = search_then_read_script(url, len(chunks))
     engine = TurnEngine(tokenizer, turns)
-    executor = AgentExecutor(config(kb_server, training_sequences="per_call"), for_training=True)
-    result = run(executor, tokenizer, engine, logprobs=1)
+    executor = AgentExecutor(asearcher_config(kb_server, training_sequences="per_call"), for_training=True)
+    result = execute(executor, tokenizer, engine, logprobs=1)
     check_sequences(result, engine, turns, tokenizer)
     # Calls 0-3 share one context (search, summary, open the page, read chunk 1); each later call sees the chunk
     # before it as its stub, so its context changed: one more sequence per chunk.
@@ -89,8 +81,8 @@ def test_asearcher_stubs_train_as_a_new_sequence_after_each_summarised_chunk(tok
 def test_the_reasoning_agent_trains_one_sequence_per_rebuilt_prompt(tokenizer, kb_server):
     turns = ["<search>Angola capital</search>", "Found it.</think>", "<answer>Luanda</answer>"]
     engine = TurnEngine(tokenizer, turns)
-    cfg = config(kb_server, agent_type="asearcher-reasoning", training_sequences="per_call")
-    result = run(AgentExecutor(cfg, for_training=True), tokenizer, engine, max_length=200_000, logprobs=1)
+    cfg = asearcher_config(kb_server, agent_type="asearcher-reasoning", training_sequences="per_call")
+    result = execute(AgentExecutor(cfg, for_training=True), tokenizer, engine, max_length=200_000, logprobs=1)
     check_sequences(result, engine, turns, tokenizer)
     assert result["answer"] == "Luanda" and result["reward"] == 1.0
     assert result["observation_tokens"] is None  # no single sequence: only the per-call ones train
@@ -98,12 +90,12 @@ def test_the_reasoning_agent_trains_one_sequence_per_rebuilt_prompt(tokenizer, k
 
 def test_the_reasoning_agent_without_per_call_is_refused_for_training(kb_server):
     with pytest.raises(ConfigError, match="training_sequences: per_call"):
-        AgentExecutor(config(kb_server, agent_type="asearcher-reasoning"), for_training=True)
+        AgentExecutor(asearcher_config(kb_server, agent_type="asearcher-reasoning"), for_training=True)
 
 
 def test_per_call_under_openrlhfs_own_generator_is_refused(kb_server):
     with pytest.raises(ConfigError, match="streaming scheduler"):
-        AgentExecutor(config(kb_server, training_sequences="per_call"), without_launcher=True)
+        AgentExecutor(asearcher_config(kb_server, training_sequences="per_call"), without_launcher=True)
 
 
 def _contains(tokens: list[int], part: list[int]) -> bool:
@@ -116,15 +108,15 @@ def test_a_128_turn_reasoning_trajectory_runs_to_its_end_with_every_call_in_budg
     sequence of the same turns is cut at the same budget after a few turns."""
     turns = ["<search>Angola capital</search>"] * 127 + ["<answer>Luanda</answer>"]
     budget = 16_000
-    cfg = config(kb_server, agent_type="asearcher-reasoning", training_sequences="per_call", max_turns=128)
+    cfg = asearcher_config(kb_server, agent_type="asearcher-reasoning", training_sequences="per_call", max_turns=128)
     engine = TurnEngine(tokenizer, turns)
-    result = run(AgentExecutor(cfg, for_training=True), tokenizer, engine, max_length=budget, logprobs=1)
+    result = execute(AgentExecutor(cfg, for_training=True), tokenizer, engine, max_length=budget, logprobs=1)
     assert not result["truncated"] and result["extra_logs"]["turns"] == 128 and result["answer"] == "Luanda"
     check_sequences(result, engine, turns, tokenizer)
     assert all(len(s["observation_tokens"]) <= budget for s in result["sequences"])
     assert sum(len(s["observation_tokens"]) for s in result["sequences"]) > 10 * budget  # far beyond one sequence
 
-    single = config(kb_server, max_turns=128)  # the asearcher agent, one growing sequence
+    single = asearcher_config(kb_server, max_turns=128)  # the asearcher agent, one growing sequence
     engine = TurnEngine(tokenizer, turns)
-    result = run(AgentExecutor(single, for_training=True), tokenizer, engine, max_length=budget, logprobs=1)
+    result = execute(AgentExecutor(single, for_training=True), tokenizer, engine, max_length=budget, logprobs=1)
     assert result["truncated"] and result["extra_logs"]["turns"] < 20

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from asearcher_plugin.config import LocalToolsConfig
-from tests.http_helpers import free_port
+from tests.helpers import free_port
 
 
 def build_as_openrlhf(run_config: dict | None, path=None) -> subprocess.CompletedProcess:
@@ -134,7 +134,7 @@ def test_a_server_that_does_not_answer_retrieve_is_unreachable(kb_server):
 
     from asearcher_plugin.config import ConfigError
     from asearcher_plugin.tools.preflight import check_kb_reachable
-    from tests.http_helpers import serve_app
+    from tests.helpers import serve_app
 
     app = FastAPI()  # up and healthy, but not a retrieval server (a wrong port, another service)
 
@@ -161,7 +161,7 @@ def test_the_agent_searches_a_search_r1_server_as_openrlhf_builds_it(tokenizer, 
     import asyncio
 
     from asearcher_plugin.engines.types import SamplingParams
-    from tests.test_env_faults import ScriptedEngine
+    from tests.helpers import ScriptedEngine
 
     server, url = peer_server(with_access=False)
     monkeypatch.setenv(

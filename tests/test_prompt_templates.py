@@ -13,7 +13,7 @@ import pytest
 from asearcher_plugin.agent.prompts import build_prompt, reasoning_prompt
 from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.env import AgentInstance
-from tests.wheel_helpers import build_and_install
+from tests.helpers import build_and_install
 
 # The prompts as prompts.py held them before they moved to template files (commit 472c082), verbatim.
 OLD_SEARCH_R1 = (

@@ -21,7 +21,7 @@ from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.env import AgentInstance
 from asearcher_plugin.tools import make_toolbox
 from local_retriever.server import ServerLimits, build_app, uvicorn_options
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 CHAR = st.one_of(st.characters(), SURROGATE, st.sampled_from(list('<>/[]:. \n\\"')))

@@ -22,7 +22,7 @@ from asearcher_plugin.recipe import (
     recipe_names,
     resolve_recipe,
 )
-from tests.wheel_helpers import ROOT, build_and_install, install_in_fresh_venv
+from tests.helpers import ROOT, build_and_install, install_in_fresh_venv
 
 RECIPES = recipe_names()
 BASE = "local_7b_1node"

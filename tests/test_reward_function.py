@@ -9,7 +9,7 @@ from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
 from asearcher_plugin.reward_function import RewardFunctionError
 from tests import reward_functions
-from tests.test_env_faults import ScriptedEngine
+from tests.helpers import ScriptedEngine
 
 QUESTION, LABEL = "Which ocean lies west of Angola?", ["Atlantic Ocean"]
 

@@ -4,9 +4,12 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from asearcher_plugin.recipe import resolve_recipe
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def test_rollout_command_streams_trajectories(tmp_path, tiny_model, kb_server):

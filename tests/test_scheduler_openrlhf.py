@@ -15,6 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = [pytest.mark.ray]
+
 ray = pytest.importorskip("ray")
 pytest.importorskip("openrlhf")
 
@@ -87,6 +89,7 @@ def engines_for(tiny_model, kb_server, n=2):
     return [_actor_class().remote(str(tiny_model), agent, seed=i) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, local_ray, tiny_model, kb_server):
     from ray.util.queue import Queue
 
@@ -151,6 +154,7 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, loc
     assert resumed.prompts_dataloader.state_dict()["pos"] == states[0]["pos"] + drawn
 
 
+@pytest.mark.slow
 def test_every_episode_is_a_full_pass_over_the_prompts(streaming, local_ray, tiny_model, kb_server):
     """OpenRLHF calls generate_samples() again for each episode; each pass must consume every prompt once."""
     from asearcher_plugin.config import SchedulerConfig

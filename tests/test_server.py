@@ -174,7 +174,7 @@ def test_concurrent_requests_are_micro_batched(kb_server):
 
 from local_retriever.batcher import MicroBatcher  # noqa: E402
 from local_retriever.server import ServerLimits, build_app, create_app, uvicorn_options  # noqa: E402
-from tests.http_helpers import serve_app  # noqa: E402
+from tests.helpers import serve_app  # noqa: E402
 
 POISON = b'{"queries": ["Angola", "x\\ud800y"], "topk": 2}'  # a lone surrogate, sent as its JSON escape
 

@@ -15,7 +15,7 @@ from data_synth.run import run_synth
 from data_synth.scripted_chat import ScriptedChat
 from data_synth.sources import SeedError, kb_page_seeds, load_seeds
 from local_retriever.sample import load_sample_questions
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 QUESTIONS = {q["id"]: q for q in load_sample_questions()}
 
@@ -218,6 +218,8 @@ def test_pages_from_the_kb_seed_grounded_base_questions(sample_kb, kb_server, tm
         assert item["seed"]["answer"] not in item["seed"]["question"]
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_runs_in_shards_on_ray(kb_server, tmp_path):
     import ray
 
@@ -291,18 +293,18 @@ def test_json_replies_and_seed_files_are_checked(tmp_path):
 
 
 def test_cli_runs_from_a_seed_file_to_a_training_file(kb_server, tmp_path):
-    from tests.test_cli import run
+    from tests.helpers import run_cli
 
-    help_text = run("synth", "--help").stdout
+    help_text = run_cli("synth", "--help").stdout
     assert "--seeds seeds.jsonl" in help_text and "train.jsonl" in help_text
     seeds = _seeds(["sample_0001", "sample_0002"])
     path = tmp_path / "seeds.jsonl"
     path.write_text("".join(json.dumps({"question": s["question"], "answer": s["answer"]}) + "\n" for s in seeds))
-    bad = run("synth", str(tmp_path / "out"), "--seeds", str(path), "--set", "k=0")  # the deprecated positional
+    bad = run_cli("synth", str(tmp_path / "out"), "--seeds", str(path), "--set", "k=0")  # the deprecated positional
     assert bad.returncode == 2 and "k: Input should be greater than or equal to 1" in bad.stderr
     assert "note: the positional run folder is deprecated; use --out DIR" in bad.stderr
     with serve_app(_fake(seeds).app) as url:
-        done = run(
+        done = run_cli(
             "synth",
             "--out",
             str(tmp_path / "out"),

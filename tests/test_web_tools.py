@@ -18,7 +18,7 @@ from asearcher_plugin.config import ToolsConfig
 from asearcher_plugin.tools.base import ToolError
 from asearcher_plugin.tools.url_guard import BlockedURL, check_url
 from asearcher_plugin.tools.web import WebToolBox, html_to_markdown
-from tests.http_helpers import serve_app
+from tests.helpers import serve_app
 
 PAGE = """<html><head><title>Luanda</title><script>var x = 1;</script></head><body>
 <nav>Home | About</nav><article><h1>Luanda</h1><p>Luanda is the capital and largest city of Angola.</p>
