@@ -244,3 +244,18 @@ def test_only_loopback_binds_quietly(monkeypatch, capsys):
     assert err.count("is not a loopback address") == 1 and NETWORK_WARNING.split("{")[0] in err
     assert "anyone who can reach this machine on port 8123" in err
     assert [kw["host"] for kw in served] == ["0.0.0.0", "127.0.0.1"]
+
+
+def test_a_failed_tool_call_is_shown_as_the_agent_sees_it(demo, monkeypatch):
+    url, _ = demo
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    monkeypatch.delenv("JINA_API_KEY", raising=False)
+    with connect(ws_url(url)) as ws:
+        _, events = run_to_end(ws, reference_request(tools={"backend": "web"}, max_turns=2))
+    notice = next(e for e in events if e["type"] == "notice")
+    assert "SERPER_API_KEY and JINA_API_KEY not set in the server's environment" in notice["text"]
+    first = next(e for e in events if e["type"] == "turn")
+    assert first["action"] == "search"
+    assert first["feedback"] == "\n\n<information>search failed: web search needs $SERPER_API_KEY</information>\n\n"
+    assert events[-1]["type"] == "finished" and events[-1]["stats"]["tool_errors"] == 1.0
+    assert any("1 tool call(s) failed" in n for n in events[-1]["notes"])
