@@ -152,20 +152,19 @@ def rollout(
 
     import ray
 
-    from asearcher_plugin.recipe import RecipeError, load_recipe
-    from asearcher_plugin.rollout import load_prompts
+    from asearcher_plugin.recipe import Recipe, RecipeError
+    from asearcher_plugin.rollout import RolloutFlags, load_prompts
     from asearcher_plugin.rollout import rollout as run
 
     try:
-        r = load_recipe(recipe, set_)
-    except RecipeError as exc:
+        r = Recipe.load(recipe, set_)
+        flags = RolloutFlags.of(r.openrlhf, r.source)
+    except (RecipeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     from asearcher_plugin.local_inputs import MissingInput, ensure_local_inputs
-    from asearcher_plugin.recipe import run_config
 
-    flags, sched = r["openrlhf"], run_config(r).scheduler
-    model, data = Path(flags["actor.model_name_or_path"]), Path(flags["data.prompt_dataset"])
+    model, data = flags.model, flags.prompt_dataset
     if out.endswith(".jsonl"):  # the old `--out FILE`
         deprecated("--out FILE.jsonl", "--out DIR (trajectories.jsonl is written there)")
         out_file = Path(out)
@@ -176,7 +175,7 @@ def rollout(
     except MissingInput as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    prompts = load_prompts(data, flags.get("data.input_key", "input"), flags.get("data.label_key") or "label")
+    prompts = load_prompts(data, flags.input_key, flags.label_key)
     from asearcher_plugin.scheduler import FatalRolloutError
 
     ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
@@ -184,16 +183,16 @@ def rollout(
         result = asyncio.run(
             run(
                 str(model),
-                r.get("agent") or {},
+                r.agent,
                 prompts,
                 out_file,
                 engines,
-                int(flags.get("rollout.batch_size", 4)),
-                int(flags.get("rollout.n_samples_per_prompt", 1)),
+                flags.batch_size,
+                flags.n_samples,
                 steps,
-                sched,
-                int(flags.get("data.max_len", 2048)),
-                float(flags.get("rollout.temperature", 1.0)),
+                r.scheduler,
+                flags.max_len,
+                flags.temperature,
             )
         )
     except KeyboardInterrupt:

@@ -223,11 +223,6 @@ def load_recipe(recipe: str | Path, overrides: list[str] = ()) -> dict:
     return Recipe.load(recipe, overrides).model_dump(exclude_unset=True)
 
 
-def run_config(recipe: dict) -> RunConfig:
-    """The `agent:` and `scheduler:` sections of a validated recipe dict (see `load_recipe`)."""
-    return RunConfig.model_validate({"agent": recipe.get("agent") or {}, "scheduler": recipe.get("scheduler") or {}})
-
-
 def read_run_file(path: str | Path) -> RunConfig:
     """A run config (`agent:` and `scheduler:`) or a whole recipe, for `python -m asearcher_plugin.launch --config`;
     the OpenRLHF flags of a recipe are not read there (they are the launcher's command line)."""
@@ -284,5 +279,4 @@ __all__ = [
     "read_run_file",
     "recipe_names",
     "resolve_recipe",
-    "run_config",
 ]

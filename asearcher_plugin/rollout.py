@@ -13,9 +13,39 @@ import json
 import time
 from pathlib import Path
 
-from .config import SchedulerConfig
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .config import AgentConfig, SchedulerConfig
 from .eval.datasets import text_problem
 from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
+
+
+class RolloutFlags(BaseModel):
+    """The OpenRLHF flags of a recipe that `asearcher rollout` runs with, read once and typed; a flag the recipe
+    leaves out takes the default below (a small CPU run's), and a bad value is refused naming the flag."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    model: Path = Field(alias="actor.model_name_or_path")
+    prompt_dataset: Path = Field(alias="data.prompt_dataset")
+    input_key: str = Field("input", alias="data.input_key")
+    label_key: str = Field("label", alias="data.label_key")
+    batch_size: int = Field(4, ge=1, alias="rollout.batch_size")
+    n_samples: int = Field(1, ge=1, alias="rollout.n_samples_per_prompt")
+    max_len: int = Field(2048, ge=1, alias="data.max_len")
+    temperature: float = Field(1.0, ge=0, alias="rollout.temperature")
+
+    @field_validator("label_key", mode="before")
+    @classmethod
+    def _label_key(cls, value):
+        return value or "label"  # OpenRLHF's flag defaults to None
+
+    @classmethod
+    def of(cls, flags: dict, source: str = "recipe") -> RolloutFlags:
+        try:
+            return cls.model_validate(flags)
+        except ValidationError as exc:
+            problems = "; ".join(f"openrlhf.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{source}: {problems}") from None
 
 
 def _actor_class():
@@ -23,8 +53,7 @@ def _actor_class():
 
     @ray.remote(num_cpus=0)
     class CPURolloutActor:
-        def __init__(self, model_path: str, agent_config: dict, seed: int):
-            from .config import AgentConfig
+        def __init__(self, model_path: str, agent_config: AgentConfig | dict, seed: int):
             from .engines.hf import HFEngine
             from .env import AgentExecutor
 
@@ -93,7 +122,7 @@ def group_runner(actors, params, max_length: int, n_samples: int):
 
 async def rollout(
     model_path: str,
-    agent_config: dict,
+    agent_config: AgentConfig | dict,
     prompts: list,
     out: Path,
     engines: int,

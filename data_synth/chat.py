@@ -18,7 +18,7 @@ import httpx
 
 from local_retriever.endpoints import EndpointUnavailable
 
-from .config import EndpointConfig
+from .config import ChatEndpointConfig
 
 __all__ = ["BadOutput", "ChatClient", "EndpointUnavailable", "Usage", "UsageLog", "extract_json", "require_fields"]
 COOLDOWN_S = 10.0
@@ -61,7 +61,7 @@ class UsageLog:
 
 class ChatClient:
     def __init__(
-        self, role: str, cfg: EndpointConfig, usage: UsageLog | None = None, http: httpx.AsyncClient | None = None
+        self, role: str, cfg: ChatEndpointConfig, usage: UsageLog | None = None, http: httpx.AsyncClient | None = None
     ):
         self.role, self.cfg = role, cfg
         # One client per endpoint, shared by every item: a dead URL is skipped by all of them for a while.

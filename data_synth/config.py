@@ -9,15 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from asearcher_plugin.config import ToolsConfig, validation_problems
 from asearcher_plugin.yamlio import read_yaml_mapping, set_dotted
-from local_retriever.endpoints import EndpointConfig as SharedEndpoint
+from local_retriever.endpoints import EndpointConfig
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EndpointConfig(SharedEndpoint):
-    """One OpenAI-compatible chat endpoint (the shared shape: base_urls, api_key_env, timeout, retries), sampling."""
+class ChatEndpointConfig(EndpointConfig):
+    """One OpenAI-compatible chat endpoint (the shared shape: base_urls, api_key_env, timeout, retries) and how
+    synthesis samples from it."""
 
     model: str = "default"
     temperature: float = Field(0.8, ge=0.0, le=2.0)
@@ -26,11 +27,11 @@ class EndpointConfig(SharedEndpoint):
 
 
 class SynthConfig(_Strict):
-    generator: EndpointConfig = Field(
-        default_factory=EndpointConfig, description="writes, injects, fuzzes, answers without tools"
+    generator: ChatEndpointConfig = Field(
+        default_factory=ChatEndpointConfig, description="writes, injects, fuzzes, answers without tools"
     )
-    judge: EndpointConfig = Field(
-        default_factory=lambda: EndpointConfig(temperature=0.0, max_tokens=1024),
+    judge: ChatEndpointConfig = Field(
+        default_factory=lambda: ChatEndpointConfig(temperature=0.0, max_tokens=1024),
         description="quality verdicts, grading of tool-free answers, uniqueness",
     )
     tools: ToolsConfig = Field(

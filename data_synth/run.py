@@ -7,7 +7,6 @@ every question and a resumed run skips what is already written.
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +25,7 @@ async def run_items(cfg: SynthConfig, seeds: list[dict], on_result: Callable[[Sy
     """Every seed through `synth_item`, `cfg.concurrency` at a time; `on_result` as each finishes."""
     from asearcher_plugin.tools import make_toolbox
 
-    tools = make_toolbox(types.SimpleNamespace(tools=cfg.tools))
+    tools = make_toolbox(cfg.tools)
     ctx = Context(cfg, ChatClient("generator", cfg.generator), ChatClient("judge", cfg.judge), tools)
     sem = asyncio.Semaphore(cfg.concurrency)
 

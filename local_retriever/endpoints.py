@@ -369,18 +369,21 @@ class EndpointConfig(BaseModel):
             return normalize_urls(value)
         return value
 
+    def api_key(self) -> str:
+        """The key in `$api_key_env`, or "none" (local servers take any); the one place the variable is read."""
+        return os.environ.get(self.api_key_env, "none")
+
     def client(
         self, name: str, *, http: httpx.AsyncClient | None = None, pool: URLPool | None = None, cooldown: float = 10.0
     ) -> MultiURLClient:
-        """A client for this endpoint, sending `Authorization: Bearer $api_key_env` (or "none")."""
-        key = os.environ.get(self.api_key_env, "none")
+        """A client for this endpoint, sending `Authorization: Bearer <api_key()>`."""
         return MultiURLClient(
             self.base_urls,
             name,
             timeout=self.timeout,
             retries=self.retries,
             cooldown=cooldown,
-            headers={"Authorization": f"Bearer {key}"},
+            headers={"Authorization": f"Bearer {self.api_key()}"},
             http=http,
             pool=pool,
         )

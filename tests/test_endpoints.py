@@ -241,7 +241,7 @@ def test_the_judge_fails_over_and_remembers_a_dead_url():
 
 def test_synthesis_grades_with_the_one_judge_and_counts_its_tokens():
     from data_synth.chat import BadOutput, ChatClient, EndpointUnavailable, UsageLog
-    from data_synth.config import EndpointConfig as ChatEndpoint
+    from data_synth.config import ChatEndpointConfig as ChatEndpoint
     from data_synth.steps import QA
     from data_synth.validate import _grade
 

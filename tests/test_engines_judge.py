@@ -112,6 +112,32 @@ def test_openai_engine_against_a_served_model(engine):
         asyncio.run(all_dead())
 
 
+def test_the_key_comes_from_the_endpoint_config(engine, tiny_model, monkeypatch):
+    """`make_engine` resolves $OPENAI_API_KEY once, through the shared endpoint config; the engine itself reads no
+    environment variable and sends the key it was given."""
+    from asearcher_plugin.engines import make_engine
+
+    app, sent = completions_server(engine), []
+
+    @app.middleware("http")
+    async def record(request, call_next):
+        sent.append(request.headers.get("authorization"))
+        return await call_next(request)
+
+    async def ask(remote):
+        try:
+            await remote.generate([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=2))
+        finally:
+            await remote.aclose()
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    with serve_app(app) as url:
+        asyncio.run(ask(make_engine(None, [f"{url}/v1"], "tiny", str(tiny_model))[0]))
+        asyncio.run(ask(OpenAIEngine(f"{url}/v1", "tiny", engine.tokenizer)))
+        asyncio.run(ask(OpenAIEngine(f"{url}/v1", "tiny", engine.tokenizer, api_key="sk-given")))
+    assert sent == ["Bearer sk-from-env", "Bearer none", "Bearer sk-given"]
+
+
 def judge_server(replies: list[str]):
     app = FastAPI()
     app.state.prompts = []

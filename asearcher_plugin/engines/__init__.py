@@ -22,7 +22,10 @@ def make_engine(
         raise ValueError("an engine needs a model path or at least one server URL")
     from transformers import AutoTokenizer
 
+    from local_retriever.endpoints import EndpointConfig
+
     from .openai import OpenAIEngine
 
+    endpoint = EndpointConfig(base_urls=base_urls)  # the shared shape: URLs normalised, the key from $OPENAI_API_KEY
     tok = AutoTokenizer.from_pretrained(tokenizer or model)
-    return OpenAIEngine(base_urls, model, tok), tok
+    return OpenAIEngine(endpoint.base_urls, model, tok, api_key=endpoint.api_key()), tok

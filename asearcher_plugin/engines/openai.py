@@ -8,7 +8,6 @@ retries with backoff on connection errors, timeouts, 429 and 5xx; a 4xx raises a
 
 from __future__ import annotations
 
-import os
 import uuid
 
 from local_retriever.endpoints import BadReply, EndpointUnavailable, MultiURLClient
@@ -20,6 +19,9 @@ EngineUnavailable = EndpointUnavailable
 
 
 class OpenAIEngine:
+    """`api_key`: the key itself, resolved by the caller's endpoint config (`EndpointConfig.api_key`); None sends
+    "none", which local servers accept."""
+
     def __init__(
         self,
         base_urls: str | list[str],
@@ -37,7 +39,7 @@ class OpenAIEngine:
                 timeout=timeout,
                 retries=retries,
                 cooldown=cooldown,
-                headers={"Authorization": "Bearer " + (api_key or os.environ.get("OPENAI_API_KEY", "none"))},
+                headers={"Authorization": f"Bearer {api_key or 'none'}"},
             )
         except ValueError:
             raise ValueError("OpenAIEngine needs at least one base URL") from None
