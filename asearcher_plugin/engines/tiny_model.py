@@ -29,6 +29,14 @@ ACTION_TOKENS = [
 ]
 
 
+# Written beside the weights, so a report can say its answers come from an untrained random model.
+RANDOM_MARKER = "asearcher-random-weights.json"
+
+
+def is_random_tiny_model(path: str | Path | None) -> bool:
+    return bool(path) and (Path(path) / RANDOM_MARKER).is_file()
+
+
 def _sample_texts(limit_chars: int = 3_000_000):
     from local_retriever.sample import sample_dump_path
     from local_retriever.wikitext import clean_wikitext
@@ -102,4 +110,7 @@ def make_tiny_model(
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = fast.eos_token_id
     model.save_pretrained(out)
+    import json
+
+    (out / RANDOM_MARKER).write_text(json.dumps({"random_weights": True, "seed": seed}) + "\n")
     return out
