@@ -259,3 +259,28 @@ def test_a_failed_tool_call_is_shown_as_the_agent_sees_it(demo, monkeypatch):
     assert first["feedback"] == "\n\n<information>search failed: web search needs $SERPER_API_KEY</information>\n\n"
     assert events[-1]["type"] == "finished" and events[-1]["stats"]["tool_errors"] == 1.0
     assert any("1 tool call(s) failed" in n for n in events[-1]["notes"])
+
+
+@pytest.mark.parametrize("agent_type", ["search-r1", "asearcher", "asearcher-reasoning"])
+def test_replay_finds_the_prompt_and_the_turns_of_every_agent_type(agent_type, tokenizer):
+    from asearcher_plugin.agent import observations
+    from asearcher_plugin.agent.prompts import build_prompt, chat_prompt, information, invalid_feedback
+    from asearcher_plugin.demo.replay import split_turns
+
+    question = "Who wrote Faust"
+    docs = [{"url": "u", "contents": '"Faust"\nby Goethe'}]
+    block = observations.injected(observations.search_block(docs, 3).text)
+    native = "x</think>\n<search>Faust</search>" + information("Doc 1(Title: Faust) [u] by Goethe")
+    invalid = "<think>hm</think> nothing" + invalid_feedback("no action found; use <search> query </search>.")
+    asearcher = "y</think>\n<search>Goethe</search>" + block + "He wrote it.</think>\n<answer>Goethe</answer>"
+    for prompt in (build_prompt(agent_type, question), chat_prompt(tokenizer, build_prompt(agent_type, question))):
+        found, turns = split_turns(prompt + native + invalid + asearcher, question)
+        assert found == prompt
+        assert [(t["action"], t["argument"]) for t in turns] == [
+            ("search", "Faust"),
+            ("invalid", ""),
+            ("search", "Goethe"),
+            ("answer", "Goethe"),  # a summary turn and the next have nothing between them: one row
+        ]
+        assert turns[2]["feedback"] == block and "by Goethe" in turns[0]["feedback"]
+        assert turns[1]["feedback"].startswith("\nMy previous action is invalid: no action found")

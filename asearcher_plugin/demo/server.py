@@ -108,9 +108,12 @@ def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "
         owner = object()  # this page
 
         async def sender():
-            while True:
-                event = await outbox.get()
-                await ws.send_text(redact(json.dumps(event)))
+            try:
+                while True:
+                    event = await outbox.get()
+                    await ws.send_text(redact(json.dumps(event)))
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                return  # the page went away; the receive loop below cancels its runs
 
         sending = asyncio.create_task(sender())
         try:
