@@ -284,3 +284,50 @@ def test_replay_finds_the_prompt_and_the_turns_of_every_agent_type(agent_type, t
         ]
         assert turns[2]["feedback"] == block and "by Goethe" in turns[0]["feedback"]
         assert turns[1]["feedback"].startswith("\nMy previous action is invalid: no action found")
+
+
+def test_runs_go_on_at_once_and_stopping_one_leaves_the_other(demo, monkeypatch):
+    pytest.importorskip("asearcher_plugin.engines.reference_policy")
+    from asearcher_plugin.engines.reference_policy import ReferencePolicy
+
+    url, _ = demo
+    gate, waiting = threading.Semaphore(0), threading.Semaphore(0)
+    real = ReferencePolicy.generate
+
+    async def held(self, ids, params):  # each model call waits for the test
+        waiting.release()
+        await asyncio.to_thread(gate.acquire)
+        return await real(self, ids, params)
+
+    monkeypatch.setattr(ReferencePolicy, "generate", held)
+    try:
+        with connect(ws_url(url)) as ws:
+            events: dict[str, list] = {}
+            for ref, request in ((1, reference_request()), (2, reference_request(gold="Lisbon"))):
+                ws.send(json.dumps({"op": "start", "ref": ref, "request": request}))
+            runs = {}  # ref -> run id; the first run's events may come before the second is accepted
+            while len(runs) < 2:
+                event = recv(ws)
+                if event["type"] == "accepted":
+                    runs[event["ref"]] = event["run"]
+                else:
+                    events.setdefault(event["run"], []).append(event)
+            first, second = runs[1], runs[2]
+            events = {first: events.get(first, []), second: events.get(second, [])}
+            assert waiting.acquire(timeout=60) and waiting.acquire(timeout=60)  # both runs are mid-call together
+            ws.send(json.dumps({"op": "stop", "run": first}))
+            gate.release()  # the stopped run's held call
+            while not all(ev and ev[-1]["type"] in TERMINAL for ev in events.values()):
+                event = recv(ws)
+                events[event["run"]].append(event)
+                if event["type"] == "turn" and not event["done"]:
+                    gate.release()
+                elif event["type"] == "stopped":
+                    gate.release()  # and the next call of the other run
+    finally:
+        for _ in range(8):
+            gate.release()
+    assert events[first][-1]["type"] == "stopped" and not [e for e in events[first] if e["type"] == "turn"]
+    end = events[second][-1]
+    assert end["type"] == "finished" and end["golds"] == ["Lisbon"] and end["scores"]["em"] == 0.0
+    assert [e["turn"] for e in events[second] if e["type"] == "turn"] == [1, 2, 3]
