@@ -207,84 +207,13 @@ def rollout(
     typer.echo(f"trajectories written to {out_file}")
 
 
-@app.command("eval")
-def eval_cmd(
-    dataset: list[str] = typer.Option(
-        None,
-        "--dataset",
-        help="built-in name (sample) or JSONL/JSON/Parquet path; "
-        "repeatable (default: sample, unless --data-dir is given)",
-    ),
-    data_dir: str = typer.Option(
-        None,
-        "--data-dir",
-        "--data_dir",
-        help="ASearcher's layout: DIR/NAME/{split}.jsonl or .json, one folder per dataset",
-    ),
-    data_names: list[str] = typer.Option(
-        [],
-        "--data-names",
-        "--data_names",
-        help="with --data-dir: folder names, e.g. GAIA,Frames; repeatable, or comma-separated",
-    ),
-    split: str = typer.Option("test", help="with --data-dir: the file name inside each dataset folder"),
-    out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
-    k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
-    hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
-    base_url: list[str] = typer.Option(
-        [], help="OpenAI-compatible server URL, e.g. http://host:8000/v1; repeatable, or comma-separated"
-    ),
-    model: str = typer.Option("default", help="model name on the server"),
-    tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
-    agent_config: str = typer.Option(None, help="agent YAML (else $ASEARCHER_CONFIG, else defaults)"),
-    kb_url: list[str] = typer.Option(
-        [], help="knowledge-base server URL, overriding the agent config; repeatable, or comma-separated"
-    ),
-    set_: list[str] = typer.Option(
-        [],
-        "--set",
-        help="override the agent config, as for `asearcher train`: "
-        "agent.max_turns=16, agent.tools.topk=5 (values are YAML)",
-    ),
-    concurrency: int = typer.Option(8, help="trajectories in flight"),
-    max_length: int = typer.Option(8192, help="token budget per trajectory"),
-    temperature: float = typer.Option(0.6, help="sampling temperature"),
-    top_p: float = typer.Option(0.95, help="nucleus sampling threshold"),
-    limit: int = typer.Option(None, help="questions per dataset"),
-    question_key: str = typer.Option(None, help="dataset field holding the question [default: question]"),
-    answer_key: str = typer.Option(None, help="dataset field holding the gold answers [default: golden_answers]"),
-):
-    """Evaluate an agent: Avg@k / Pass@k with EM, F1, cover-EM, substring (and the judge if configured)."""
-    import asyncio
-    from pathlib import Path
+def _eval_commands() -> typer.Typer:
+    from asearcher_plugin.eval_cli import eval_app
 
-    from asearcher_plugin.config import ConfigError, load_config, override_agent_config
-    from asearcher_plugin.engines import make_engine
-    from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets
-    from asearcher_plugin.eval.runner import run_eval
+    return eval_app
 
-    base_urls, names = split_list(base_url), ",".join(split_list(data_names))
-    if bool(data_dir) != bool(names):
-        typer.echo("error: --data-dir and --data-names go together", err=True)
-        raise typer.Exit(2)
-    if bool(hf_model) == bool(base_urls):
-        typer.echo("error: give exactly one of --hf-model or --base-url", err=True)
-        raise typer.Exit(2)
-    try:
-        config = override_agent_config(load_config(agent_config), set_)
-        named = asearcher_layout(data_dir, names, split) if data_dir else []
-        items = load_datasets(dataset or ([] if named else ["sample"]), question_key, answer_key, limit, named)
-    except (ConfigError, DatasetError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if kb_url:
-        config.tools.local.urls = split_list(kb_url)
-    engine, tok = make_engine(hf_model, base_urls, model, tokenizer)
-    folder = asyncio.run(
-        run_eval(items, config, engine, tok, Path(out), k, concurrency, max_length, temperature, top_p)
-    )
-    typer.echo((folder / "summary.md").read_text())
-    typer.echo(f"report: {(folder / 'report.html').resolve()}")
+
+app.add_typer(_eval_commands(), name="eval")
 
 
 @app.command("make-tiny-model")

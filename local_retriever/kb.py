@@ -95,6 +95,7 @@ class KnowledgeBase:
             "index_params": self.dense.params if self.dense else {},
             "encoder": self.encoder.describe() if self.encoder else None,
             "source": m.source,
+            "manifest_sha256": m.identity_sha256(),
         }
 
     def close(self) -> None:

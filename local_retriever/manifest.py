@@ -41,6 +41,15 @@ class Manifest(BaseModel):
             )
         return cls.model_validate_json(path.read_text())
 
+    def identity_sha256(self) -> str:
+        """sha256 of what the KB holds and how it was built: the manifest as canonical JSON, without the build's
+        duration and with only the source's file name, so the same build on two machines hashes the same."""
+        import hashlib
+
+        data = self.model_dump(mode="json", exclude={"build_seconds"})
+        data["source"] = Path(self.source).name
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
     def corpus_path(self, kb_dir: Path) -> Path:
         p = Path(self.corpus)
         return p if p.is_absolute() else Path(kb_dir) / p

@@ -112,6 +112,16 @@ def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
     report = tmp_path / "eval" / "report.html"
     assert report.is_file() and f"report: {report.resolve()}" in out.stderr.replace("\n", "")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["items_ok"] == 3
+    assert "untrained random model" in (tmp_path / "eval" / "summary.md").read_text().splitlines()[2]
+    # Beside the tiny model, the scripted reference policy: trajectories that search, read a page and answer.
+    ref = json.loads((tmp_path / "eval-reference" / "metrics.json").read_text())
+    assert ref["items_ok"] == 3 and ref["card"]["model"]["engine"] == "scripted reference policy"
+    dist = ref["datasets"]["overall"]["distributions"]
+    assert (
+        dist["searches"]["mean"] == 1
+        and dist["accesses"]["mean"] == 1
+        and ref["datasets"]["overall"]["f1"]["pass@1"] > 0
+    )
 
 
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
@@ -228,13 +238,25 @@ def test_every_option_and_argument_of_every_command_has_help():
 
     def commands(cmd, path):
         if hasattr(cmd, "commands"):  # a group (typer carries its own copy of click's classes)
+            if any(p.name != "help" for p in cmd.params):  # a group that runs itself too (`eval`)
+                yield " ".join(path), cmd
             for name, sub in cmd.commands.items():
                 yield from commands(sub, [*path, name])
         else:
             yield " ".join(path), cmd
 
     found = dict(commands(typer.main.get_command(app), []))
-    assert {"kb build", "kb serve", "kb query", "kb quickstart", "synth", "eval", "train", "rollout"} <= set(found)
+    assert {
+        "kb build",
+        "kb serve",
+        "kb query",
+        "kb quickstart",
+        "synth",
+        "eval",
+        "eval compare",
+        "train",
+        "rollout",
+    } <= set(found)
     bare = [
         f"{name} {p.name}"
         for name, cmd in found.items()

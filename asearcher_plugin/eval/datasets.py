@@ -68,17 +68,24 @@ def load_datasets(
     by their folder instead (`GAIA/test.jsonl`, `Frames/test.jsonl` -> `GAIA`, `Frames`). `named`
     files (from `asearcher_layout`) keep the name given and ASearcher's positional ids.
     """
+    items = []
+    for path, name, positional in plan_datasets(specs, named):
+        items += _rows(path, name, question_key, answer_key, limit, positional)
+    return items
+
+
+def plan_datasets(specs: list[str], named: list[tuple[Path, str]] | None = None) -> list[tuple[Path, str, bool]]:
+    """(file, dataset name, positional ids) of each dataset `load_datasets` reads, named as it names them."""
     resolved = [(spec, *_resolve(spec)) for spec in specs]
     stems: dict[str, int] = {}
     for _, _, stem in resolved:
         stems[stem] = stems.get(stem, 0) + 1
     names: dict[str, Path] = {}
-    items = []
     todo = [
         (path, stem if stems[stem] == 1 else (path.resolve().parent.name or stem), False) for _, path, stem in resolved
     ]
     todo += [(Path(path), name, True) for path, name in named or []]
-    for path, name, positional in todo:
+    for path, name, _ in todo:
         if name in names:
             raise DatasetError(
                 f"datasets {names[name]} and {path} would both be named {name!r}; "
@@ -89,8 +96,7 @@ def load_datasets(
                 f"{path}: the dataset name {RESERVED!r} is taken by the all-datasets results; rename the file"
             )
         names[name] = path
-        items += _rows(path, name, question_key, answer_key, limit, positional)
-    return items
+    return todo
 
 
 def _resolve(spec: str) -> tuple[Path, str]:
@@ -190,3 +196,8 @@ def text_problem(value, key: str) -> str | None:
     if not isinstance(value, str):
         return f"{key!r} must be a string, got {type(value).__name__}"
     return f"{key!r} is empty" if not value.strip() else None
+
+
+def count_rows(path: Path) -> int:
+    """Records in a dataset file, as they are read (blank lines skipped)."""
+    return sum(1 for _ in _records(Path(path)))

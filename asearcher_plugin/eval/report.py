@@ -11,6 +11,7 @@ import io
 import re
 
 from ..records import EvalRow
+from .card import banner, card_rows
 
 HEADLINE = ("f1", "em", "cover_em", "substring", "judge")
 
@@ -41,9 +42,11 @@ def _counts(metrics: dict) -> str:
 
 def render_markdown(metrics: dict) -> str:
     k = metrics["k"]
+    warning = banner(metrics.get("card"))
     lines = [
         f"# Evaluation summary (k = {k})",
         "",
+        *([f"> **{warning}**", ""] if warning else []),
         _counts(metrics) + ".",
         "",
         f"| dataset | metric | questions | Avg@{k} | 95% CI | Pass@{k} | 95% CI |",
@@ -59,7 +62,29 @@ def render_markdown(metrics: dict) -> str:
         for key, d in overall.items():
             if d:
                 lines.append(f"| {key} | {d['mean']:.2f} | {d['p50']:.0f} | {d['p90']:.0f} | {d['max']:.0f} |")
+    if metrics.get("card"):
+        lines += ["", "## Eval card", "", "| field | value |", "|---|---|"]
+        lines += [f"| {field} | {_md_cell(value)} |" for field, value in card_rows(metrics["card"])]
     return "\n".join(lines) + "\n"
+
+
+def _md_cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def _card_html(card: dict | None) -> str:
+    if not card:
+        return ""
+    rows = "\n".join(
+        f"<tr><td><code>{html.escape(field)}</code></td><td>{html.escape(value)}</td></tr>"
+        for field, value in card_rows(card)
+    )
+    return f'<h2>Eval card</h2>\n<table id="card"><tr><th>field</th><th>value</th></tr>\n{rows}</table>'
+
+
+def _banner_html(card: dict | None) -> str:
+    warning = banner(card)
+    return f'<p id="banner" class="banner">{html.escape(warning)}</p>' if warning else ""
 
 
 def _plot(rows: list[EvalRow]) -> str:
@@ -125,12 +150,16 @@ body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1100px; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; }}
 pre {{ white-space: pre-wrap; padding: 6px; margin: 4px 0; }} pre.model {{ background: #eef4ff; }}
 pre.tool {{ background: #f4f4f4; color: #333; max-height: 18em; overflow: auto; }}
+.banner {{ background: #fff3cd; border: 2px solid #d39e00; padding: 10px 14px; font-weight: bold; }}
+#card td {{ font-size: 0.9em; word-break: break-all; }}
 details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summary, details.error summary {{ color: #b00; }}
 </style></head><body>
+{_banner_html(metrics.get("card"))}
 <h1>Evaluation report</h1>
 <p>{html.escape(_counts(metrics))}; k = {k}.</p>
 <table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{k} (95% CI)</th><th>Pass@{k} (95% CI)</th></tr>
 {table}</table>
+{_card_html(metrics.get("card"))}
 <h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">
 <h2>Trajectories</h2>
 <div id="trajectories">

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from ..jsonl import drop_cut_tail
 from ..records import EvalRow
 from .metrics import asearcher_aggregate, compute_metrics
 
+log = logging.getLogger(__name__)
 INFRA_ERRORS = (EngineUnavailable, ConnectionError, TimeoutError, OSError)
 
 
@@ -55,8 +57,23 @@ async def run_eval(
     temperature: float = 0.6,
     top_p: float = 0.95,
     progress: bool = True,
+    sources: dict[str, tuple[Path, bool]] | None = None,
+    limit: int | None = None,
+    question_key: str | None = None,
+    answer_key: str | None = None,
 ) -> Path:
+    """`sources`, `limit` and the keys only describe how `items` were read, for the eval card."""
+    from .card import build_card, differences
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    card = build_card(
+        config, engine, tokenizer, items, k, temperature, top_p, max_length, sources, limit, question_key, answer_key
+    )
+    before = _stored_card(out_dir)
+    if before is not None and (
+        changed := [f for f, _, _ in differences(before, card) if not f.startswith("datasets.")]
+    ):
+        log.warning("resuming %s with other settings than its first run: %s", out_dir, ", ".join(changed[:12]))
     path = out_dir / "trajectories.jsonl"
     drop_cut_tail(path)
     done = _done(path)
@@ -102,8 +119,15 @@ async def run_eval(
     with open(path, "a", encoding="utf-8") as fh:
         await asyncio.gather(*(one(item, seed, fh) for item, seed in todo))
     bar.close()
-    write_reports(out_dir, k, aggregate_file_name(config, temperature))
+    write_reports(out_dir, k, aggregate_file_name(config, temperature), card)
     return out_dir
+
+
+def _stored_card(out_dir: Path) -> dict | None:
+    try:
+        return json.loads((out_dir / "metrics.json").read_text()).get("card")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def load_rows(out_dir: Path) -> list[EvalRow]:
@@ -121,11 +145,15 @@ def aggregate_file_name(config: AgentConfig, temperature: float) -> str:
     return f"aggregate_results_{config.agent_type}_{config.agent_type}_{client}_t{temperature:.1f}.json"
 
 
-def write_reports(out_dir: Path, k: int, aggregate_name: str | None = None) -> dict:
+def write_reports(out_dir: Path, k: int, aggregate_name: str | None = None, card: dict | None = None) -> dict:
+    """metrics.json, summary.md and report.html from the rows; `card` None keeps the card metrics.json has."""
     from .report import render_html, render_markdown
 
+    card = card if card is not None else _stored_card(out_dir)
     rows = load_rows(out_dir)
     metrics = compute_metrics(rows, k)
+    if card is not None:
+        metrics["card"] = card
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if aggregate_name:
         (out_dir / aggregate_name).write_text(json.dumps(asearcher_aggregate(rows, k), indent=2, ensure_ascii=False))
