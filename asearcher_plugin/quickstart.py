@@ -3,7 +3,9 @@
 1. build the sample knowledge base (real Wikipedia articles from the gensim wheel) and serve it;
 2. make the tiny model (or use a served model with --base-url);
 3. run the CPU recipe's rollout through the streaming scheduler on Ray;
-4. evaluate the built-in questions and write the HTML report.
+4. evaluate the built-in questions with the model and with the scripted reference policy (a script that searches,
+   reads the top page and answers from it, some answers wrong on purpose), and write an HTML report for each:
+   the tiny model's answers are noise, the policy's show what a working agent's trajectories look like.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ def run_quickstart(
 
     from .config import AgentConfig, SchedulerConfig
     from .engines import make_engine
-    from .engines.tiny_model import make_tiny_model
+    from .engines.reference_policy import NAME as REFERENCE
+    from .engines.reference_policy import ReferencePolicy
+    from .engines.tiny_model import is_random_tiny_model, make_tiny_model
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval
     from .recipe import load_recipe
@@ -57,7 +61,9 @@ def run_quickstart(
         console.rule("2/4 model")
         if base_url:
             console.print(f"using the served model {model} at {', '.join(base_url)}")
-        elif not (tiny / "config.json").is_file():
+        elif not (tiny / "config.json").is_file() or not is_random_tiny_model(
+            tiny
+        ):  # unmarked: made by an older version
             make_tiny_model(tiny)
             console.print(
                 f"made a tiny random Qwen2 model in {tiny} (its answers are noise; --base-url for real ones)"
@@ -96,20 +102,39 @@ def run_quickstart(
                 f"-> {workdir / 'rollout' / 'trajectories.jsonl'}"
             )
 
-        console.rule("4/4 evaluation and report")
+        console.rule("4/4 evaluation and reports")
         config = AgentConfig.model_validate(agent)
         items = load_dataset("sample", limit=questions)
         engine, tok = make_engine(None if base_url else str(tiny), base_url, model, tokenizer)
         out = asyncio.run(run_eval(items, config, engine, tok, workdir / "eval", k=k, concurrency=4, max_length=1024))
-        metrics = json.loads((out / "metrics.json").read_text())
-        f1 = metrics["datasets"]["overall"].get("f1", {})
-        console.print(
-            f"{metrics['items_ok']} items: F1 Avg@{k} {f1.get(f'avg@{k}', 0):.3f}, "
-            f"Pass@{k} {f1.get(f'pass@{k}', 0):.3f}"
+        _print_result(console, out, k, f"served model {model}" if base_url else "tiny random model")
+        if not base_url:
+            console.print("[yellow]its answers are noise: --base-url URL evaluates a served model[/yellow]")
+
+        # The policy writes whole questions as queries and reads whole page parts: more room per turn and in all
+        # than the tiny model's recipe gives; the card of its report records both.
+        policy_config = config.model_copy(update={"max_new_tokens_per_turn": 256})
+        policy = ReferencePolicy.for_items(tok, policy_config, items)
+        ref = asyncio.run(
+            run_eval(
+                items, policy_config, policy, tok, workdir / "eval-reference", k=k, concurrency=4, max_length=8192
+            )
         )
+        _print_result(console, ref, k, REFERENCE)
+        console.print(f"[bold]{REFERENCE} report: {(ref / 'report.html').resolve()}[/bold]")
         report = (out / "report.html").resolve()
         console.print(f"[bold]report: {report}[/bold]")
         return report
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _print_result(console: Console, out: Path, k: int, who: str) -> None:
+    metrics = json.loads((out / "metrics.json").read_text())
+    overall = metrics["datasets"].get("overall", {})
+    f1, searches = overall.get("f1", {}), overall.get("distributions", {}).get("searches", {})
+    console.print(
+        f"{who}: {metrics['items_ok']} items, F1 Avg@{k} {f1.get(f'avg@{k}', 0):.3f}, "
+        f"Pass@{k} {f1.get(f'pass@{k}', 0):.3f}, {searches.get('mean', 0):.1f} searches per trajectory"
+    )
