@@ -1,10 +1,14 @@
-"""Micro-batching: queries from concurrent requests are searched together.
+"""Micro-batching in two overlapped stages: queries from concurrent requests are searched together.
 
-One worker thread takes the first waiting request, then gathers whatever else arrives within
-`max_wait_ms` (up to `max_batch` queries) and runs one encoder pass and one index search for all
-of them. A batch lets FAISS and torch use every core; a lone query costs no more than
-`max_wait_ms` extra. If a batch fails, each request in it is searched again on its own, so an
-error reaches only the request that caused it.
+Stage one (a thread) takes every request waiting when it becomes free, up to `max_batch` queries, and
+prepares them in one pass (encoder, BM25 tokenisation). Stage two (another thread) joins whatever stage
+one has prepared since its last search, searches it as one batch and reads the rows. Neither stage waits
+for a batch to fill: a request that finds the server idle is prepared at once, and batches grow only from
+requests that queued while earlier work was in flight, so a lone client pays no batching delay while many
+clients get large batches. Stage one prepares batch k+1 while stage two searches batch k.
+
+If a batch fails in either stage, each request in it is searched again on its own, so an error reaches
+only the request that caused it.
 """
 
 from __future__ import annotations
@@ -15,8 +19,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-SearchFn = Callable[[list[str], int], list[list[tuple[int, float]]]]
+Hits = list[list[tuple[int, float]]]
+
+
+class Stages(Protocol):
+    """What the batcher runs: `KnowledgeBase` implements it."""
+
+    def prepare(self, queries: list[str]) -> Any: ...
+
+    def join(self, parts: list[Any]) -> Any: ...
+
+    def search_prepared(self, prepared: Any, topk: int) -> Hits: ...
 
 
 @dataclass
@@ -24,19 +39,49 @@ class _Job:
     queries: list[str]
     topk: int
     future: Future = field(default_factory=Future)
+    times: list[float] = field(default_factory=lambda: [time.perf_counter()])  # submitted, prepare start, end
+
+
+@dataclass
+class _Prepared:
+    jobs: list[_Job]
+    prepared: Any
 
 
 class MicroBatcher:
-    def __init__(self, search: SearchFn, max_batch: int = 128, max_wait_ms: float = 5.0):
-        self._search = search
+    """`submit` returns a future of the hits of each query (row position, score), best first, or of
+    `finish(hits)` of each query when `finish` is given (run on stage two's thread, e.g. to read rows).
+    `stage_threads` (one per stage, each called on its stage's thread before every batch) is told whether the
+    other stage may run meanwhile, to size the stage's CPU threads: the whole machine alone, a share when both run."""
+
+    def __init__(
+        self,
+        stages: Stages,
+        max_batch: int = 128,
+        finish: Callable[[list[tuple[int, float]]], Any] | None = None,
+        stage_threads: tuple[Callable[[bool], None] | None, Callable[[bool], None] | None] = (None, None),
+    ):
+        self._stages = stages
         self.max_batch = max_batch
-        self.max_wait = max_wait_ms / 1000.0
+        self._finish = finish
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.batches = 0
+        self._ready: list[_Prepared | None] = []  # prepared, not yet searched; None = closing
+        self._cond = threading.Condition()
+        self._preparing = self._searching = False
+        self.batches = 0  # index searches
         self.queries = 0
+        self.prepare_batches = 0
         self.failed_batches = 0
-        self._thread = threading.Thread(target=self._run, name="micro-batcher", daemon=True)
-        self._thread.start()
+        # Seconds summed over requests (where a request's time went) and over batches (how busy each stage was).
+        self.timings = dict.fromkeys(
+            ("requests", "queued_s", "prepare_s", "handover_s", "search_s", "prepare_busy_s", "search_busy_s"), 0.0
+        )
+        self._threads = [
+            threading.Thread(target=self._stage_one, args=(stage_threads[0],), name="batcher-prepare", daemon=True),
+            threading.Thread(target=self._stage_two, args=(stage_threads[1],), name="batcher-search", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, queries: list[str], topk: int) -> Future:
         job = _Job(queries, topk)
@@ -45,35 +90,44 @@ class MicroBatcher:
 
     def close(self) -> None:
         self._jobs.put(None)
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
-    def _run(self) -> None:
+    # --- stage one: prepare what waits, at once -------------------------------------------------------------
+
+    def _stage_one(self, threads: Callable[[bool], None] | None) -> None:
         while True:
-            first = self._jobs.get()
-            if first is None:
-                return
-            if not first.future.set_running_or_notify_cancel():
-                continue  # its request was cancelled: a result could no longer be set
-            batch, size = [first], len(first.queries)
-            deadline = time.monotonic() + self.max_wait
-            while size < self.max_batch:
+            self._preparing = False
+            first = self._jobs.get()  # blocks only while idle
+            self._preparing = True
+            closing = first is None
+            batch, size = [], 0
+            if not closing:
+                batch, size = [first], len(first.queries)
+            while not closing and size < self.max_batch:
                 try:
-                    job = self._jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                    job = self._jobs.get_nowait()
                 except queue.Empty:
                     break
                 if job is None:
-                    self._jobs.put(None)
+                    closing = True
                     break
-                if not job.future.set_running_or_notify_cancel():
-                    continue
                 batch.append(job)
                 size += len(job.queries)
-            self._execute(batch)
+            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            if batch:
+                if threads is not None:
+                    # An idle search stage stays idle until this batch is handed over: the encoder may take every core.
+                    threads(self._searching)
+                self._prepare(batch)
+            if closing:
+                self._hand_over(None)
+                return
 
-    def _execute(self, batch: list[_Job]) -> None:
-        queries = [q for job in batch for q in job.queries]
+    def _prepare(self, batch: list[_Job]) -> None:
+        start = time.perf_counter()
         try:
-            hits = self._search(queries, max(job.topk for job in batch))
+            prepared = self._stages.prepare([q for job in batch for q in job.queries])
         except Exception as exc:  # noqa: BLE001 - never kills the worker
             if len(batch) == 1:
                 batch[0].future.set_exception(exc)
@@ -81,12 +135,86 @@ class MicroBatcher:
             # One bad request must not fail the others that happened to share its batch.
             self.failed_batches += 1
             for job in batch:
-                self._execute([job])
+                self._prepare([job])
+            return
+        end = time.perf_counter()
+        self.timings["prepare_busy_s"] += end - start
+        for job in batch:
+            job.times[1:] = [start, end]
+        self._hand_over(_Prepared(batch, prepared))
+
+    def _hand_over(self, item: _Prepared | None) -> None:
+        with self._cond:
+            self._ready.append(item)
+            if item is not None:
+                self.prepare_batches += 1  # counted once stage two can see it
+            self._cond.notify()
+
+    # --- stage two: search everything prepared since the last search as one batch ----------------------------
+
+    def _stage_two(self, threads: Callable[[bool], None] | None) -> None:
+        while True:
+            with self._cond:
+                self._searching = False
+                while not self._ready:
+                    self._cond.wait()
+                parts, self._ready = self._ready, []
+                self._searching = True
+            closing = parts[-1] is None
+            parts = [p for p in parts if p is not None]
+            if parts:
+                if threads is not None:
+                    threads(self._preparing or not self._jobs.empty())
+                self._search(parts)
+            if closing:
+                return
+
+    def _search(self, parts: list[_Prepared]) -> None:
+        jobs = [job for part in parts for job in part.jobs]
+        start = time.perf_counter()
+        try:
+            joined = self._stages.join([part.prepared for part in parts])
+            hits = self._stages.search_prepared(joined, max(job.topk for job in jobs))
+        except Exception as exc:  # noqa: BLE001 - never kills the worker
+            if len(jobs) == 1:
+                jobs[0].future.set_exception(exc)
+                return
+            self.failed_batches += 1
+            for job in jobs:
+                self._alone(job)
             return
         self.batches += 1
-        self.queries += len(queries)
-        start = 0
-        for job in batch:
-            part = hits[start : start + len(job.queries)]
-            start += len(job.queries)
-            job.future.set_result([h[: job.topk] for h in part])
+        self.queries += len(hits)
+        offset = 0
+        for job in jobs:
+            part = hits[offset : offset + len(job.queries)]
+            offset += len(job.queries)
+            self._deliver(job, part)
+        end = time.perf_counter()
+        t = self.timings
+        t["search_busy_s"] += end - start
+        for job in jobs:
+            submitted, began, prepared = job.times[:3]
+            t["requests"] += 1
+            t["queued_s"] += began - submitted
+            t["prepare_s"] += prepared - began
+            t["handover_s"] += start - prepared
+            t["search_s"] += end - start  # search, row reads and answering every request of the batch
+
+    def _alone(self, job: _Job) -> None:
+        try:
+            hits = self._stages.search_prepared(self._stages.prepare(job.queries), job.topk)
+        except Exception as exc:  # noqa: BLE001
+            job.future.set_exception(exc)
+            return
+        self._deliver(job, hits)
+
+    def _deliver(self, job: _Job, hits: Hits) -> None:
+        try:
+            result = [h[: job.topk] for h in hits]
+            if self._finish is not None:
+                result = [self._finish(h) for h in result]
+        except Exception as exc:  # noqa: BLE001 - e.g. a row that cannot be read fails its own request
+            job.future.set_exception(exc)
+            return
+        job.future.set_result(result)

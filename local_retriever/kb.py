@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,15 @@ RetrieverName = Literal["dense", "bm25", "hybrid"]
 HYBRID_DEPTH = 50  # candidates taken from each retriever before fusion
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """Queries made ready for the index: embeddings (dense, hybrid) and BM25 token ids (bm25, hybrid)."""
+
+    n: int
+    emb: np.ndarray | None
+    tokens: list[list[int]] | None
 
 
 class KnowledgeBase:
@@ -61,17 +71,41 @@ class KnowledgeBase:
 
     def search(self, queries: list[str], topk: int) -> list[list[tuple[int, float]]]:
         """Row positions and scores, best first, for each query (one batch through the encoder and index)."""
-        if not queries:
+        return self.search_prepared(self.prepare(queries), topk)
+
+    # The server runs search in two stages on two threads, so the encoder works on the next batch
+    # while the index searches this one: `prepare` (encoder pass, BM25 tokenisation), then
+    # `search_prepared` (FAISS and BM25 search, fusion) on what `join` made of one or more prepared batches.
+
+    def prepare(self, queries: list[str]) -> Prepared:
+        emb = self.encoder.encode(queries, "query") if self.encoder is not None and queries else None
+        tokens = self.bm25.tokenize(queries) if self.bm25 is not None and queries else None
+        return Prepared(len(queries), emb, tokens)
+
+    @staticmethod
+    def join(parts: list[Prepared]) -> Prepared:
+        if len(parts) == 1:
+            return parts[0]
+        embs = [p.emb for p in parts if p.emb is not None]
+        tokens = [t for p in parts if p.tokens is not None for t in p.tokens]
+        return Prepared(
+            sum(p.n for p in parts),
+            np.concatenate(embs) if embs else None,
+            tokens if any(p.tokens is not None for p in parts) else None,
+        )
+
+    def search_prepared(self, prepared: Prepared, topk: int) -> list[list[tuple[int, float]]]:
+        if not prepared.n:
             return []
         if self.retriever == "dense":
-            scores, ids = self.dense.search(self.encoder.encode(queries, "query"), topk)
+            scores, ids = self.dense.search(prepared.emb, topk)
             return [_pairs(i, s) for i, s in zip(ids, scores)]
         if self.retriever == "bm25":
-            scores, ids = self.bm25.search(queries, topk)
+            scores, ids = self.bm25.search_tokens(prepared.tokens, topk)
             return [_pairs(i, s) for i, s in zip(ids, scores)]
         depth = max(topk, HYBRID_DEPTH)
-        _, dense_ids = self.dense.search(self.encoder.encode(queries, "query"), depth)
-        _, sparse_ids = self.bm25.search(queries, depth)
+        _, dense_ids = self.dense.search(prepared.emb, depth)
+        _, sparse_ids = self.bm25.search_tokens(prepared.tokens, depth)
         out = []
         for d, s in zip(dense_ids, sparse_ids):
             ids, scores = rrf_fuse([d, s], topk)

@@ -2,7 +2,8 @@
 
 Wire formats: Search-R1's `POST /retrieve` and ASearcher's `POST /access`, unchanged, so their
 clients (and verl's search tool) work against this server as they are. Handlers are async and
-never hold a lock: searches go through the micro-batcher, page reads through SQLite per thread.
+never hold a lock: searches (and their row reads) go through the micro-batcher's two stages, page
+reads through SQLite per thread.
 
 Every error, from a route, FastAPI's body parsing, routing or the connection guards, is answered
 as `{"error": {"code", "message"}}`. A bad item in a request fails that request alone (422 naming
@@ -29,6 +30,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .batcher import MicroBatcher
 from .kb import KnowledgeBase
+from .threads import stage_threads
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +42,7 @@ class ServerLimits(BaseModel):
     max_urls: int = Field(64, ge=1, description="urls in one /access request")
     max_query_chars: int = Field(2048, ge=16, description="longer queries are truncated, not refused")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    max_batch: int = Field(128, ge=1, description="queries searched together by the micro-batcher")
-    max_wait_ms: float = Field(5.0, ge=0, description="how long the micro-batcher waits to fill a batch")
+    max_batch: int = Field(128, ge=1, description="queries the micro-batcher's first stage prepares together")
     header_timeout_s: float = Field(10.0, gt=0, description="request line and headers must arrive within this")
     body_timeout_s: float = Field(30.0, gt=0, description="the whole body must arrive within this after the headers")
     keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this")
@@ -163,9 +164,11 @@ class BodyLimit:
                 return
 
 
-def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI:
+def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None) -> FastAPI:
+    """`threads`: CPU threads shared by the encoder and search stages (default: every core)."""
     limits = limits or ServerLimits()
-    batcher = MicroBatcher(kb.search, limits.max_batch, limits.max_wait_ms)
+    encoder_threads, search_threads = stage_threads(threads)
+    batcher = MicroBatcher(kb, limits.max_batch, finish=kb.rows, stage_threads=(encoder_threads, search_threads))
     started = time.time()
     counters = {"retrieve_requests": 0, "queries": 0, "access_requests": 0, "errors_4xx": 0, "errors_5xx": 0}
 
@@ -235,12 +238,11 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
         queries = [q[: limits.max_query_chars] for q in req.queries]
         truncated = sum(len(q) > limits.max_query_chars for q in req.queries)
         try:
-            hits = await asyncio.wrap_future(batcher.submit(queries, topk))
-            rows = kb.rows
+            rows = await asyncio.wrap_future(batcher.submit(queries, topk))
             if req.return_scores:
-                result = [[{"document": doc, "score": score} for doc, score in rows(h)] for h in hits]
+                result = [[{"document": doc, "score": score} for doc, score in hits] for hits in rows]
             else:
-                result = [[doc for doc, _ in rows(h)] for h in hits]
+                result = [[doc for doc, _ in hits] for hits in rows]
         except Exception as exc:  # noqa: BLE001 - answered as a logged 500
             raise internal(request, exc) from None
         counters["retrieve_requests"] += 1
@@ -284,6 +286,12 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None) -> FastAPI
                 "uptime_s": round(time.time() - started, 1),
                 "batches": batcher.batches,
                 "mean_batch": round(batcher.queries / batcher.batches, 2) if batcher.batches else 0.0,
+                "encoder_batches": batcher.prepare_batches,
+                "threads": {
+                    "encoder": [encoder_threads.alone, encoder_threads.shared],
+                    "search": [search_threads.alone, search_threads.shared],
+                },
+                "stage_timings": {k: round(v, 4) for k, v in batcher.timings.items()},
                 "failed_batches": batcher.failed_batches,
                 **counters,
                 "limits": limits.model_dump(),
@@ -396,10 +404,10 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
     return GuardedH11Protocol
 
 
-def build_app(kb: KnowledgeBase, limits: ServerLimits | None = None):
+def build_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None):
     """The ASGI app `kb serve` runs: the FastAPI app behind the body size and read-time guard."""
     limits = limits or ServerLimits()
-    return BodyLimit(create_app(kb, limits), limits.max_body_bytes, limits.body_timeout_s)
+    return BodyLimit(create_app(kb, limits, threads), limits.max_body_bytes, limits.body_timeout_s)
 
 
 def uvicorn_options(limits: ServerLimits) -> dict:
@@ -427,19 +435,17 @@ def serve(
     log_level: str = "warning",
     access_log: bool = False,
 ) -> None:
-    """Runs the server until interrupted; `access_log`: uvicorn's line per request."""
-    import os
-
-    import faiss
-    import torch
+    """Runs the server until interrupted; `access_log`: uvicorn's line per request; `threads`: CPU threads
+    for encoding and search together (default: every core), split between the two stages."""
     import uvicorn
 
-    threads = threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
-    faiss.omp_set_num_threads(threads)
     limits = limits or ServerLimits()
     # uvicorn configures only its own loggers; this one carries the tracebacks of 500s.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(
-        build_app(kb, limits), host=host, port=port, **log_options(log_level, access_log), **uvicorn_options(limits)
+        build_app(kb, limits, threads),
+        host=host,
+        port=port,
+        **log_options(log_level, access_log),
+        **uvicorn_options(limits),
     )

@@ -44,10 +44,17 @@ class BM25Index:
 
     def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids) of shape (len(queries), k); ids are -1 where a query matched nothing."""
+        return self.search_tokens(self.tokenize(queries), k)
+
+    def tokenize(self, queries: list[str]) -> list[list[int]]:
+        """Token ids of each query, as the index's words were stemmed (the server's first stage)."""
+        return self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
+
+    def search_tokens(self, tokens: list[list[int]], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """`search` for queries already tokenized; each query is scored on its own, whatever else is in the batch."""
         k = min(k, self.ntotal)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
-        scores = np.zeros((len(queries), k), dtype=np.float32)
-        tokens = self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
+        ids = np.full((len(tokens), k), -1, dtype=np.int64)
+        scores = np.zeros((len(tokens), k), dtype=np.float32)
         # bm25s rejects empty queries; a query made only of stop words or unknown words finds nothing.
         rows = [r for r, q in enumerate(tokens) if q]
         if rows:

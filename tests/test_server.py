@@ -172,7 +172,6 @@ def test_concurrent_requests_are_micro_batched(kb_server):
 
 # --- Faults: bad items fail alone, slow clients are cut off, every error has one shape ---------------------------
 
-from local_retriever.batcher import MicroBatcher  # noqa: E402
 from local_retriever.server import ServerLimits, build_app, create_app, uvicorn_options  # noqa: E402
 from tests.helpers import serve_app  # noqa: E402
 
@@ -226,23 +225,6 @@ def _surrogates_under_load(guarded_server):
         assert "queries[1]" in r.json()["error"]["message"]
     after = httpx.get(f"{guarded_server}/health").json()
     assert after["errors_5xx"] == before["errors_5xx"]
-
-
-def test_batcher_fails_only_the_request_that_broke_the_batch(hybrid_kb):
-    # The same real search as the server's; a non-string reaches the encoder only because validation is skipped here.
-    batcher = MicroBatcher(hybrid_kb.search, max_batch=512, max_wait_ms=300)
-    try:
-        queries = [f"capital of Angola {i}" for i in range(20)]
-        futures = [batcher.submit([q], 3) for q in queries[:10]]
-        poisoned = batcher.submit(["fine", None], 3)  # type: ignore[list-item]
-        futures += [batcher.submit([q], 3) for q in queries[10:]]
-        with pytest.raises(Exception):  # noqa: B017 - whatever the encoder raises on a non-string
-            poisoned.result(timeout=60)
-        for q, fut in zip(queries, futures):
-            assert fut.result(timeout=60) == hybrid_kb.search([q], 3)
-        assert batcher.failed_batches >= 1  # the poisoned request really shared a batch with the others
-    finally:
-        batcher.close()
 
 
 def test_access_with_bad_urls_is_refused_alone(guarded_server):
