@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from asearcher_plugin.tools import ToolBox, ToolError
+from asearcher_plugin.tools import ToolBox, ToolError, ToolUnavailable
 
 from .chat import BadOutput, ChatClient, EndpointUnavailable, UsageLog
 from .config import SynthConfig
@@ -18,7 +18,8 @@ from .records import Round, SynthItem, Variant
 from .steps import QA, fuzz, inject, seed_from_page
 from .validate import difficulty, quality, uniqueness
 
-INFRA_ERRORS = (EndpointUnavailable, ConnectionError, TimeoutError, OSError)
+# The item fails (tried again on resume) rather than losing candidates: none of these is the generator's doing.
+INFRA_ERRORS = (EndpointUnavailable, ToolUnavailable, ConnectionError, TimeoutError, OSError)
 
 
 @dataclass
@@ -89,6 +90,8 @@ async def _loop(ctx: Context, gen: ChatClient, judge: ChatClient, seed: dict, re
         try:
             candidate = await (inject(gen, ctx.tools, qa, r, cfg) if action == "inject" else fuzz(gen, qa, r, cfg))
             verdicts = await validate(ctx, gen, judge, candidate)
+        except ToolUnavailable:
+            raise  # the search tool's endpoints are down: not a bad candidate
         except (BadOutput, ToolError) as exc:
             code = exc.code if isinstance(exc, BadOutput) else "search failed"
             result.rounds.append(Round(r, action, "dropped", f"{action}: {code}", detail=str(exc)[:300]))
