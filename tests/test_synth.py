@@ -180,6 +180,17 @@ def test_resume_skips_finished_seeds_and_retries_failed_ones(kb_server, tmp_path
     assert stats["seeds"] == {"finished": 4, "done": 4}
 
 
+def test_a_kb_outage_fails_the_item_for_a_retry_instead_of_dropping_its_candidates(kb_server, tmp_path):
+    seeds = _seeds(["sample_0001"])
+    dead_kb = {"tools.local.retries": 0, "tools.local.check_on_start": False}
+    with serve_app(_fake(seeds).app) as url:
+        run_synth(seeds, _config(url + "/v1", "http://127.0.0.1:9", **dead_kb), tmp_path, progress=False)
+        (item,) = read_jsonl(tmp_path / "items.jsonl")
+        assert item["status"] == "failed" and item["reason"].startswith("ToolUnavailable"), item
+        stats = run_synth(seeds, _config(url + "/v1", kb_server), tmp_path, progress=False)
+    assert stats["seeds"] == {"finished": 1, "done": 1}
+
+
 def test_near_duplicate_seeds_and_questions_are_dropped(kb_server, tmp_path):
     seeds = _seeds(["sample_0001"])
     seeds.append(
