@@ -331,3 +331,29 @@ def test_runs_go_on_at_once_and_stopping_one_leaves_the_other(demo, monkeypatch)
     end = events[second][-1]
     assert end["type"] == "finished" and end["golds"] == ["Lisbon"] and end["scores"]["em"] == 0.0
     assert [e["turn"] for e in events[second] if e["type"] == "turn"] == [1, 2, 3]
+
+
+def test_an_openai_compatible_server_answers_with_the_key_from_the_environment(demo, tiny_model, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from tests.helpers import ScriptedModel
+
+    url, _ = demo
+    secret = "sk-served-model-key-9b2e77"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    model = ScriptedModel(AutoTokenizer.from_pretrained(tiny_model), {QUESTION: GOLD})
+    seen = []
+
+    @model.app.middleware("http")
+    async def keys(request, call_next):
+        seen.append(request.headers.get("authorization"))
+        return await call_next(request)
+
+    with serve_app(model.app) as served, connect(ws_url(url)) as ws:
+        choice = {"kind": "openai", "url": served + "/v1", "name": "scripted", "tokenizer": str(tiny_model)}
+        _, events = run_to_end(ws, {"question": QUESTION, "gold": GOLD, "model": choice})
+    started = next(e for e in events if e["type"] == "started")
+    assert started["model"] == f"scripted at {served}/v1"
+    assert [(e["action"], e["argument"]) for e in events if e["type"] == "turn"] == [("answer", GOLD)]
+    assert events[-1]["type"] == "finished" and events[-1]["scores"]["em"] == 1.0
+    assert f"Bearer {secret}" in seen and secret not in json.dumps(events)

@@ -74,6 +74,8 @@ class Models:
             return self.hf_engines[key]
 
     async def _openai(self, choice: ModelChoice) -> Engine:
+        from local_retriever.endpoints import EndpointConfig
+
         from ..engines.openai import OpenAIEngine
 
         await _check_server(choice.url)
@@ -87,8 +89,12 @@ class Models:
                 f"tokenizer {name!r} cannot be loaded ({type(exc).__name__}); give a local tokenizer folder "
                 "in the tokenizer field (no model hub is reached from here)"
             ) from None
-        # One retry, not three: a server that went away is reported in seconds, not minutes.
-        engine = OpenAIEngine([choice.url], choice.name, tok, timeout=120.0, retries=1)
+        # One retry, not three: a server that went away is reported in seconds, not minutes. The key comes from the
+        # server's environment ($OPENAI_API_KEY), never from the page.
+        endpoint = EndpointConfig(base_urls=[choice.url], timeout=120.0, retries=1)
+        engine = OpenAIEngine(
+            endpoint.base_urls, choice.name, tok, api_key=endpoint.api_key(), timeout=endpoint.timeout, retries=1
+        )
         return Engine(engine, tok, f"{choice.name} at {choice.url}", owned=True)
 
     async def _reference(self, agent_type: str, question: str, golds: list[str]) -> Engine:
