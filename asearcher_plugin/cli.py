@@ -106,7 +106,7 @@ def train(
     """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""
     import shlex
 
-    from asearcher_plugin.launch import LaunchError, ray_job_command, run_openrlhf
+    from asearcher_plugin.launch import LaunchError, ray_job_command, rollout_failure, run_openrlhf
     from asearcher_plugin.openrlhf_args import RecipeFlagError
     from asearcher_plugin.recipe import Recipe, RecipeError
 
@@ -135,6 +135,11 @@ def train(
     except (RecipeFlagError, LaunchError) as exc:  # refused before any actor starts
         typer.echo(f"error: {recipe}: {exc}", err=True)
         raise typer.Exit(2) from None
+    except Exception as exc:
+        if (fatal := rollout_failure(exc)) is None:
+            raise
+        typer.echo(f"error: {recipe}: {fatal}", err=True)  # the run's own reason, not Ray's wrapped traceback
+        raise typer.Exit(1) from None
 
 
 @app.command()

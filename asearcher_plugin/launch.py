@@ -29,6 +29,23 @@ class LaunchError(ValueError):
     pass
 
 
+def rollout_failure(exc: BaseException) -> BaseException | None:
+    """The scheduler's FatalRolloutError (an outage over budget, a dead engine) that ended a run, as raised in the
+    generator actor; Ray hands it to the driver wrapped in a RayTaskError (`cause`) or chained."""
+    from .scheduler.errors import FatalRolloutError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, FatalRolloutError):
+            return cause
+        if isinstance(exc, FatalRolloutError) and not hasattr(exc, "cause"):
+            return exc
+        exc = cause or exc.__cause__ or exc.__context__
+    return None
+
+
 def build_command(recipe: str, overrides: list[str]) -> tuple[list[str], RunConfig]:
     """A recipe (name or path) with `--set` overrides -> OpenRLHF's argv and the run config."""
     model = Recipe.load(recipe, overrides)

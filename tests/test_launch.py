@@ -72,3 +72,21 @@ def test_a_packaged_recipe_serves_as_the_run_config():
 
     config = config_for_launch(str(resolve_recipe("cpu_tiny")))  # its openrlhf flags are the launcher's argv instead
     assert config.agent.max_turns == 4 and config.scheduler.max_staleness == 2
+
+
+def test_a_fatal_rollout_error_is_found_inside_rays_wrapping():
+    ray = pytest.importorskip("ray")
+    from asearcher_plugin.launch import rollout_failure
+    from asearcher_plugin.scheduler.errors import OutageBudgetExceeded
+
+    reason = OutageBudgetExceeded("tool endpoints unavailable for 7 s")
+    wrapped = ray.exceptions.RayTaskError("fit", "a long traceback", reason).as_instanceof_cause()
+    assert rollout_failure(wrapped) is reason
+    try:  # as the driver meets it: raised again while handling another error
+        try:
+            raise wrapped
+        except Exception as exc:
+            raise RuntimeError("train() failed") from exc
+    except RuntimeError as outer:
+        assert rollout_failure(outer) is reason
+    assert rollout_failure(ValueError("a bug of ours")) is None
