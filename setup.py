@@ -105,6 +105,6 @@ setup(
         # sub-commands of `asearcher`, each registered by the package that owns it (asearcher_plugin/cli.py reads them)
         "asearcher.commands": ["kb=local_retriever.cli:app", "synth=data_synth.cli:app"],
         # vLLM loads these in its engine-core workers: the CPU harness's weight transport (inert unless it runs)
-        "vllm.general_plugins": ["asearcher_cpu_harness=asearcher_plugin.openrlhf_cpu.vllm_transport:register"],
+        "vllm.general_plugins": ["asearcher_cpu_harness=asearcher_plugin.openrlhf.cpu.vllm_transport:register"],
     },
 )

@@ -14,15 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NO_STREAMING = (
-    "asearcher: the agent runs under OpenRLHF's own generator, WITHOUT the streaming scheduler (it is installed by "
-    "`asearcher train RECIPE` or `python -m asearcher_plugin.launch --config run.yaml`)"
-)
-PER_CALL_NEEDS_SCHEDULER = (
-    "agent.training_sequences: per_call hands OpenRLHF several sequences per trajectory, which only the streaming "
-    "scheduler (`asearcher train RECIPE`) and its trainer hooks know how to weigh and step; OpenRLHF's own generator "
-    "would treat each as a trajectory"
-)
+from asearcher_plugin.agent.executor import NO_STREAMING, PER_CALL_NEEDS_SCHEDULER  # noqa: F401 - named here too
 
 TEMPLATE = '''"""Per-run agent file for OpenRLHF (--train.agent_func_path), written by `python -m asearcher_plugin.env
 --config {source}`. The agent config below is that run's; edit the YAML and write this file again."""

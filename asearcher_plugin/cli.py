@@ -100,14 +100,14 @@ def train(
     cpu: bool = typer.Option(
         False,
         help="OpenRLHF's real training without a GPU: vLLM's CPU build and DeepSpeed's CPU accelerator, CUDA "
-        "calls redirected (asearcher_plugin.openrlhf_cpu; needs the cpu-harness extra)",
+        "calls redirected (asearcher_plugin.openrlhf.cpu; needs the cpu-harness extra)",
     ),
 ):
     """Train with OpenRLHF from a recipe: agent and scheduler config travel with the run in Ray's runtime env."""
     import shlex
 
     from asearcher_plugin.launch import LaunchError, ray_job_command, rollout_failure, run_openrlhf
-    from asearcher_plugin.openrlhf_args import RecipeFlagError
+    from asearcher_plugin.openrlhf.args import RecipeFlagError
     from asearcher_plugin.recipe import Recipe, RecipeError
 
     try:

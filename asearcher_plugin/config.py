@@ -186,7 +186,7 @@ class AgentConfig(_Strict):
         """Read and checked at load: an unknown field would otherwise fail in the middle of a rollout."""
         if path is None or "agent_type" not in info.data:
             return path
-        from asearcher_plugin.agent.prompts import read_template
+        from asearcher_plugin.template_check import read_template
 
         path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
         read_template(path, info.data["agent_type"])  # TemplateError is a ValueError: reported with the field

@@ -181,7 +181,7 @@ def _engine(config, items, hf_model, base_urls, model, tokenizer, reference_poli
     if reference_policy:
         from transformers import AutoTokenizer
 
-        from asearcher_plugin.engines.reference_policy import ReferencePolicy
+        from asearcher_plugin.agent.reference_policy import ReferencePolicy
         from asearcher_plugin.engines.tiny_model import ensure_tiny_model
 
         tok = AutoTokenizer.from_pretrained(tokenizer or str(ensure_tiny_model("runs/tiny-model")))

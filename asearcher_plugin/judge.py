@@ -203,31 +203,51 @@ def parse_asearcher_judgement(text: str) -> Verdict | None:
 
 
 PARSERS = {"verdict": parse_verdict_reply, "asearcher": parse_asearcher_judgement}
-_caches: dict = {}
-# Cooldowns per judge endpoint, kept across verdicts (each call may run on another event loop).
-_pools: dict[tuple[str, ...], URLPool] = {}
 COOLDOWN_S = 10.0
 
 
-def _cache(cfg):
-    if not getattr(cfg, "cache_dir", None):
-        return None
-    if cfg.cache_dir not in _caches:
-        _caches[cfg.cache_dir] = DiskCache(os.path.join(cfg.cache_dir, "judge.sqlite"), ttl=float("inf"))
-    return _caches[cfg.cache_dir]
+class Judge:
+    """One judge as a rollout process uses it: a client over `cfg.base_urls` whose URL pool remembers cooldowns
+    across verdicts, and the verdict cache; both live as long as the judge and `aclose()` ends them. The agent
+    executor keeps one per event loop (HTTP clients are loop-bound)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.pool = URLPool(cfg.base_urls, COOLDOWN_S)
+        self._client = None
+        cache_dir = getattr(cfg, "cache_dir", None)
+        self.cache = DiskCache(os.path.join(cache_dir, "judge.sqlite"), ttl=float("inf")) if cache_dir else None
+
+    async def verdict(self, question: str, prediction: str, golds: list[str]) -> Verdict:
+        if self._client is None:
+            self._client = self.cfg.client("judge", pool=self.pool)
+        return await judge_verdict(question, prediction, golds, self.cfg, self._client, cache=self.cache)
+
+    async def __call__(self, question: str, prediction: str, golds: list[str]) -> bool:
+        return (await self.verdict(question, prediction, golds)).correct
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
 
 
-async def judge_verdict(question: str, prediction: str, golds: list[str], cfg, client=None) -> Verdict:
+async def judge_verdict(
+    question: str, prediction: str, golds: list[str], cfg, client=None, cache: DiskCache | None = None
+) -> Verdict:
     """The judge's verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts.
 
     `client`: an `httpx.AsyncClient` to send with, or an endpoint client (anything with
-    `MultiURLClient.post_json`, e.g. data_synth's token-counting one); by default one over `cfg.base_urls`.
+    `MultiURLClient.post_json`, e.g. `Judge`'s or data_synth's token-counting one); by default a client over
+    `cfg.base_urls` for this verdict alone (a `Judge` keeps one, and its cooldowns, across verdicts). `cache`: the
+    verdict cache (`Judge.cache`); by default `cfg.cache_dir`'s, opened for this verdict.
     """
     # Lone surrogates (model output, dataset text) can be neither a cache key nor a JSON body.
     question, prediction, golds = scrub(question), scrub(prediction), [scrub(str(g)) for g in golds]
     s = settings(cfg)
     prompt = render(question, prediction, golds, s)
-    cache = _cache(cfg)
+    if cache is None and getattr(cfg, "cache_dir", None):
+        cache = DiskCache(os.path.join(cfg.cache_dir, "judge.sqlite"), ttl=float("inf"))
     # The rendered prompt stands for format, template, truncation, question, prediction and golds.
     key = orjson.dumps([cfg.model, s.format, prompt, s.temperature, s.top_p, s.max_tokens]).decode()
     if cache is not None:
@@ -275,8 +295,7 @@ async def _ask(prompt: str, s: Settings, cfg, client) -> Verdict:
         body["top_p"] = s.top_p
     own = client is None or isinstance(client, httpx.AsyncClient)
     if own:
-        pool = _pools.setdefault(tuple(cfg.base_urls), URLPool(cfg.base_urls, COOLDOWN_S))
-        client = cfg.client("judge", http=client, pool=pool)
+        client = cfg.client("judge", http=client, pool=URLPool(cfg.base_urls, COOLDOWN_S))
     try:
         return await client.post_json("/chat/completions", body, _reader(s.format))
     except EndpointError as exc:

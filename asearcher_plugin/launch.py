@@ -21,7 +21,7 @@ import sys
 
 from .actor_watch import ActorWatch
 from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
-from .openrlhf_args import RecipeFlagError
+from .openrlhf.args import RecipeFlagError
 from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
 
 
@@ -96,11 +96,11 @@ def ray_job_command(argv: list[str], config: RunConfig) -> str:
 def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     """Checks the flags with OpenRLHF's own parser, starts Ray, installs the scheduler, runs `train()`.
 
-    `cpu`: OpenRLHF's real training on CPU, with its CUDA calls redirected (`asearcher_plugin.openrlhf_cpu`).
+    `cpu`: OpenRLHF's real training on CPU, with its CUDA calls redirected (`asearcher_plugin.openrlhf.cpu`).
     """
     resources = {}
     if cpu:
-        from . import openrlhf_cpu
+        from .openrlhf import cpu as openrlhf_cpu
 
         try:
             resources = openrlhf_cpu.activate()  # before anything imports vLLM or starts Ray workers
@@ -127,7 +127,7 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     if not ray.is_initialized():  # OpenRLHF then skips its own ray.init
         ray.init(runtime_env={"env_vars": env}, **resources)
     if settings is not None:
-        from .scheduler.openrlhf import install
+        from .openrlhf.streaming import install
 
         tools = config.agent.tools
         install(

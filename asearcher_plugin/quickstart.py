@@ -34,10 +34,10 @@ def run_quickstart(
     from local_retriever.sample import load_sample_questions, sample_dump_path
     from local_retriever.server_process import start_server, wait_healthy
 
+    from .agent.reference_policy import NAME as REFERENCE
+    from .agent.reference_policy import ReferencePolicy
     from .config import AgentConfig, SchedulerConfig
     from .engines import make_engine
-    from .engines.reference_policy import NAME as REFERENCE
-    from .engines.reference_policy import ReferencePolicy
     from .engines.tiny_model import is_random_tiny_model, make_tiny_model
     from .eval.datasets import load_dataset
     from .eval.runner import run_eval

@@ -156,7 +156,7 @@ class Recipe(BaseModel):
 
     def check(self) -> CheckedRecipe:
         """The flags through OpenRLHF 0.11.2's own parser and asserts, then the scheduler settings against them."""
-        from .openrlhf_args import RecipeFlagError, flag_problems
+        from .openrlhf.args import RecipeFlagError, flag_problems
 
         try:
             if problems := flag_problems(self.openrlhf):
@@ -179,8 +179,8 @@ def check_run(argv: list[str], scheduler: SchedulerConfig, training_sequences: s
     Raises RecipeFlagError (OpenRLHF refuses the flags) or StreamingSettingsError; the launcher runs the same
     checks on flags given without a recipe.
     """
-    from .openrlhf_args import check_args
-    from .scheduler.settings import check_per_call, resolve_settings
+    from .openrlhf.args import check_args
+    from .openrlhf.settings import check_per_call, resolve_settings
 
     args = check_args(argv)
     settings = resolve_settings(scheduler, args) if scheduler.enable and args.train.async_enable else None

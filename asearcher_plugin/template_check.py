@@ -7,6 +7,7 @@ rollout when it is first rendered.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from string import Formatter
 
 
@@ -37,3 +38,22 @@ def check_template(text: str, source: str, fields: Iterable[str], required: Iter
     except (ValueError, KeyError, IndexError, AttributeError) as exc:
         raise TemplateError(f"{source}: the template does not render: {type(exc).__name__}: {exc}") from None
     return text
+
+
+# The fields a prompt template of each agent type may use; `question` is required. Here rather than beside the
+# agent's prompts so that the config can check a template at load without importing the agent.
+TEMPLATE_FIELDS = {
+    "search-r1": ("question", "current_date"),
+    "asearcher": ("question", "current_date"),
+    "asearcher-reasoning": ("question", "history", "current_date"),
+}
+
+
+def read_template(path: str | Path, agent_type: str) -> str:
+    """A prompt template's text, byte for byte, after checking it uses only the fields `agent_type` fills."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TemplateError(f"prompt template {path}: cannot be read: {exc}") from None
+    fields = TEMPLATE_FIELDS[agent_type]
+    return check_template(text, f"prompt template {path}", fields, [{"question"}], f" for agent_type {agent_type!r}")

@@ -2,12 +2,12 @@
 
 One command: `python benchmarks/openrlhf_cpu.py`. Each mode is a full `asearcher train cpu_tiny --cpu` run
 (OpenRLHF 0.11.2's `train()`, its async trainer and actors, our agent on the sample KB, real vLLM engines and
-OpenRLHF's DeepSpeed policy actor on CPU; see asearcher_plugin/openrlhf_cpu), one pass over the same prompts, so
+OpenRLHF's DeepSpeed policy actor on CPU; see asearcher_plugin/openrlhf/cpu), one pass over the same prompts, so
 every mode trains the same trajectories. Modes: OpenRLHF async; + partial rollout; + partial rollout with
 `rollout.vllm_generate_batch_size = (eta + 1) x B` (one generate call makes eta + 1 batches, the extras are
 buffered: OpenRLHF's own knob for keeping engines fed); the streaming scheduler with (eta + 1) x B groups in flight.
 
-The workload is a scheduling workload (asearcher_plugin/openrlhf_cpu/workload.py): each trajectory's turn count is
+The workload is a scheduling workload (asearcher_plugin/openrlhf/cpu/workload.py): each trajectory's turn count is
 drawn from its question and sample number (Pareto, clipped to the `agent.max_turns` of the shipped recipe given by
 `--recipe`, by default local_7b_1node's 32, with its `data.max_len` up to the tiny model's 8,192 positions), every
 turn but the last is a real KB search, and every turn is a real vLLM decode of `--tokens-per-turn` tokens plus
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from asearcher_plugin.openrlhf_cpu import scripted  # noqa: E402
+from asearcher_plugin.openrlhf.cpu import scripted  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 A full `asearcher train cpu_tiny --cpu` run (OpenRLHF 0.11.2's own `train()`, real vLLM engines, OpenRLHF's
 DeepSpeed policy actor on CPU) with the streaming scheduler, on the scripted workload of the CPU harness
-(asearcher_plugin/openrlhf_cpu/workload.py: 1-8 turns a trajectory, every turn but the last a real search of the
+(asearcher_plugin/openrlhf/cpu/workload.py: 1-8 turns a trajectory, every turn but the last a real search of the
 sample KB, each turn 1 s besides its decode). The `asearcher kb serve` process is killed with SIGKILL once the
 first batch has been handed to the trainer and started again on the same port `outage_s` later. Counted from what
 reached the trainer (the harness's fit log) and from the scheduler's trace: groups re-run, trajectories
@@ -34,8 +34,8 @@ def _jsonl(path: Path) -> list[dict]:
 
 def run(kb: Path, work: Path, prompts: int, outage_s: float) -> tuple[list, dict]:
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
-    from asearcher_plugin.openrlhf_cpu import scripted
-    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+    from asearcher_plugin.openrlhf.cpu import scripted
+    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
     from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy
 

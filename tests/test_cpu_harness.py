@@ -30,7 +30,7 @@ def test_vllm_plugin_is_inert_unless_the_harness_runs(monkeypatch):
     from openrlhf.trainer.ray import vllm_worker_wrap
     from openrlhf.utils import distributed_util
 
-    from asearcher_plugin.openrlhf_cpu import vllm_transport
+    from asearcher_plugin.openrlhf.cpu import vllm_transport
 
     before = (vllm_worker_wrap.WorkerWrap.update_weight, distributed_util.stateless_init_process_group)
     monkeypatch.delenv(vllm_transport.HARNESS_ENV, raising=False)
@@ -47,7 +47,7 @@ def test_vllm_plugin_is_inert_unless_the_harness_runs(monkeypatch):
 def test_the_cpu_view_of_torch_changes_only_cuda():
     import torch
 
-    from asearcher_plugin.openrlhf_cpu.device_shims import CpuTorch
+    from asearcher_plugin.openrlhf.cpu.device_shims import CpuTorch
 
     view = CpuTorch()
     assert view.device(f"cuda:{view.cuda.current_device()}") == torch.device("cpu")
@@ -61,7 +61,7 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     import asyncio
 
     from asearcher_plugin.engines.types import SamplingParams
-    from asearcher_plugin.openrlhf_cpu.workload import ScriptedEngine, Workload
+    from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload
 
     class Engine:  # records what the engine was asked to decode
         def __init__(self):
@@ -89,8 +89,8 @@ def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
     import importlib.util
     import json
 
-    from asearcher_plugin.openrlhf_cpu import scripted
-    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+    from asearcher_plugin.openrlhf.cpu import scripted
+    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     monkeypatch.setenv(WORKLOAD_ENV, json.dumps({"max_turns": 3}))
     monkeypatch.setenv("ASEARCHER_RUN_CONFIG", json.dumps({"agent": {"tools": {"local": {"check_on_start": False}}}}))

@@ -94,7 +94,7 @@ def test_unreachable_kb_and_model_server_are_reported_before_any_turn(demo):
 
 
 def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path):
-    pytest.importorskip("asearcher_plugin.engines.reference_policy")
+    pytest.importorskip("asearcher_plugin.agent.reference_policy")
     url, app = demo
     with connect(ws_url(url)) as ws:
         run_id, events = run_to_end(ws, reference_request())
@@ -112,7 +112,7 @@ def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path)
     line = httpx.get(f"{url}/api/runs/{run_id}/line").text
     saved = json.loads(line)
     # the line `asearcher eval` writes for the same question, model and agent settings
-    from asearcher_plugin.engines.reference_policy import ReferencePolicy
+    from asearcher_plugin.agent.reference_policy import ReferencePolicy
     from asearcher_plugin.eval.runner import run_eval
 
     manager = app.state.manager
@@ -287,8 +287,8 @@ def test_replay_finds_the_prompt_and_the_turns_of_every_agent_type(agent_type, t
 
 
 def test_runs_go_on_at_once_and_stopping_one_leaves_the_other(demo, monkeypatch):
-    pytest.importorskip("asearcher_plugin.engines.reference_policy")
-    from asearcher_plugin.engines.reference_policy import ReferencePolicy
+    pytest.importorskip("asearcher_plugin.agent.reference_policy")
+    from asearcher_plugin.agent.reference_policy import ReferencePolicy
 
     url, _ = demo
     gate, waiting = threading.Semaphore(0), threading.Semaphore(0)

@@ -104,8 +104,8 @@ class Page:
 
 def eval_file(tmp_path: Path, tokenizer, kb_url: str) -> Path:
     """A real `asearcher eval` output: two sample questions answered by the reference policy, one failed row."""
+    from asearcher_plugin.agent.reference_policy import ReferencePolicy
     from asearcher_plugin.config import AgentConfig
-    from asearcher_plugin.engines.reference_policy import ReferencePolicy
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
 
@@ -127,7 +127,7 @@ def turns(page: Page, card: str) -> list[str]:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium is installed by scripts/test.sh")
 def test_demo_page_streams_stops_and_replays_in_chromium(kb_server, tiny_model, tokenizer, tmp_path, monkeypatch):
-    from asearcher_plugin.engines.reference_policy import ReferencePolicy
+    from asearcher_plugin.agent.reference_policy import ReferencePolicy
 
     replay_path = eval_file(tmp_path, tokenizer, kb_server)
     gate = threading.Semaphore(0)  # one model call per release

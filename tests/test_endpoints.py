@@ -232,9 +232,17 @@ def test_the_judge_fails_over_and_remembers_a_dead_url():
     dead = f"http://127.0.0.1:{free_port()}/v1"
     with serve_app(good) as url:
         cfg = JudgeConfig(base_urls=[dead, f"{url}/v1"], retries=3)
-        verdicts = [run(judge_mod.judge("Capital of Angola?", "Luanda", ["Luanda"], cfg)) for _ in range(3)]
+        judge = judge_mod.Judge(cfg)
+
+        async def three():
+            try:
+                return [await judge("Capital of Angola?", "Luanda", ["Luanda"]) for _ in range(3)]
+            finally:
+                await judge.aclose()
+
+        verdicts = run(three())
     assert verdicts == [True] * 3
-    pool = judge_mod._pools[tuple(cfg.base_urls)]
+    pool = judge.pool
     # a fresh pool tries the first URL first: the dead one, once; later verdicts skip it while it cools down
     assert pool.errors == {dead: 1} and good.state.hits == 3
 

@@ -208,7 +208,7 @@ def test_malformed_urls_and_bad_redirects_become_feedback(web):
     ]
 
     async def run():
-        box = make_toolbox(config)
+        box = make_toolbox(config.tools)
         agent = AgentInstance(config, box)
         results = [await agent.step({"action_text": f"<access>{t}</access>", "label": "x"}) for t in targets]
         page = await agent.step({"action_text": f"<access>{url}/page</access>", "label": "x"})
@@ -230,7 +230,7 @@ def search_through(web, route: str) -> dict:
     config.tools.web.serper_url = f"{url}/{route}"
 
     async def run():
-        box = make_toolbox(config)
+        box = make_toolbox(config.tools)
         result = await AgentInstance(config, box).step(
             {"action_text": "<search>capital of Angola</search>", "label": "x"}
         )
@@ -256,7 +256,7 @@ def test_a_locked_cache_does_not_fail_the_tool(web, caplog):
     url, config = web
 
     async def run():
-        box = make_toolbox(config)
+        box = make_toolbox(config.tools)
         box.cache.busy_timeout = 0.05
         holder = sqlite3.connect(box.cache.path, timeout=0.05)
         holder.execute("BEGIN EXCLUSIVE")
@@ -281,7 +281,7 @@ def test_lone_surrogates_in_queries_and_urls(web, kb_server):
     url, config = web
 
     async def run(cfg, texts):
-        box = make_toolbox(cfg)
+        box = make_toolbox(cfg.tools)
         agent = AgentInstance(cfg, box)
         results = [await agent.step({"action_text": t, "label": "x\ud800"}) for t in texts]
         # Straight to the tools too (evaluation and synthesis call them without the parser).
@@ -379,7 +379,7 @@ def check_step_never_raises(config, urls):
 
 
 async def _make(config):
-    return make_toolbox(config)
+    return make_toolbox(config.tools)
 
 
 def test_step_never_raises_web_backend(web):
@@ -491,7 +491,7 @@ def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
     monkeypatch.setattr(cache_mod.DiskCache, "set", spy("cache", cache_mod.DiskCache.set))
 
     async def run():
-        box = make_toolbox(config)
+        box = make_toolbox(config.tools)
         page = await box.access(f"{url}/page")
         docs = await box.search("capital of Angola", 3)
         await box.aclose()

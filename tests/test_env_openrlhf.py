@@ -116,7 +116,7 @@ def test_tools_through_the_agent_instance(agent_config, kb_server):
 
     async def run():
         config = load_config()
-        box = make_toolbox(config)
+        box = make_toolbox(config.tools)
         agent = AgentInstance(config, box)
         label = '["George Orwell", "Orwell"]'
         s = await agent.step({"action_text": "<search> author of Animal Farm </search>", "label": label})
@@ -140,7 +140,7 @@ def test_tools_through_the_agent_instance(agent_config, kb_server):
         # A dead server: the failure becomes feedback and a counter, the trajectory goes on.
         config.tools.local.urls = ["http://127.0.0.1:9"]
         config.tools.local.retries = 0
-        dead = AgentInstance(config, make_toolbox(config))
+        dead = AgentInstance(config, make_toolbox(config.tools))
         s = await dead.step({"action_text": "<search>x</search>", "label": label})
         assert "search failed" in s["environment_feedback"] and s["extra_logs"]["tool_errors"] == 1.0 and not s["done"]
 
@@ -175,7 +175,7 @@ def test_step_never_raises_on_adversarial_output():
     @given(texts)
     def check(text):
         async def run():
-            box = make_toolbox(config)
+            box = make_toolbox(config.tools)
             agent = AgentInstance(config, box)
             result = await agent.step({"action_text": text, "label": "x"})
             await box.aclose()

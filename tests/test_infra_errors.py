@@ -58,7 +58,7 @@ def search_logs(url: str) -> dict:
 
     async def run():
         cfg = config(url)
-        box = make_toolbox(cfg)
+        box = make_toolbox(cfg.tools)
         try:
             return await AgentInstance(cfg, box).step({"action_text": "<search>Angola</search>", "label": "x"})
         finally:

@@ -81,9 +81,11 @@ def test_repeated_tool_errors_give_one_warning(agent_type, caplog):
     async def three_searches():
         return [await agent.step({"action_text": f"<search>q{i}</search>", "label": "x"}) for i in range(3)]
 
-    with caplog.at_level(logging.WARNING, logger="asearcher_plugin.env"):
+    with caplog.at_level(logging.WARNING, logger="asearcher_plugin.agent.instance"):
         results = asyncio.run(three_searches())
-    warnings = [r for r in caplog.records if r.name == "asearcher_plugin.env" and r.levelno == logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.name == "asearcher_plugin.agent.instance" and r.levelno == logging.WARNING
+    ]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert f"search failed: {error_type.__name__}: connection refused" in warnings[0].getMessage()
     assert results[-1]["extra_logs"]["tool_errors"] == 3

@@ -8,7 +8,7 @@ bookkeeping and resume; our launcher, scheduler, agent, the real KB server and t
 
 Also real: vLLM 0.29.0 (its CPU build) under OpenRLHF's `RolloutRayActor`, and OpenRLHF's own
 `PolicyModelActor` / `ReferenceModelActor` / `ActorPPOTrainer` on DeepSpeed's CPU accelerator. Replaced, each
-because it needs CUDA (see asearcher_plugin/openrlhf_cpu): the `torch.cuda` calls of OpenRLHF's trainer
+because it needs CUDA (see asearcher_plugin/openrlhf/cpu): the `torch.cuda` calls of OpenRLHF's trainer
 modules, the NCCL weight transport (gloo underneath the same calls), and `flash_attn` (import only).
 """
 
@@ -172,7 +172,7 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
 
 
-# A heavy-tailed scripted workload (asearcher_plugin/openrlhf_cpu/workload.py, seed 0): 1-12 turns a trajectory, the
+# A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-12 turns a trajectory, the
 # few long ones still running when the short ones of later admissions have been trained, so their early turns are
 # more than eta versions behind the update that trains them.
 MASK_ETA = 2
@@ -180,8 +180,8 @@ MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "toke
 
 
 def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server, learning_prompts):
-    from asearcher_plugin.openrlhf_cpu import scripted
-    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+    from asearcher_plugin.openrlhf.cpu import scripted
+    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     train(
         tmp_path,
@@ -262,51 +262,101 @@ def trajectories_of(fit: dict) -> list[list[dict]]:
     return out
 
 
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("agent", PER_CALL_AGENTS)
-def test_per_call_sequences_train_as_trajectories(tmp_path, tiny_model, kb_server, per_call_prompts, agent):
-    from asearcher_plugin.openrlhf_cpu import scripted
-    from asearcher_plugin.openrlhf_cpu.workload import WORKLOAD_ENV
+def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, *extra: str):
+    from asearcher_plugin.openrlhf.cpu import scripted
+    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     overrides, workload = PER_CALL_AGENTS[agent]
     train(
-        tmp_path,
+        tmp,
         tiny_model,
         kb_server,
-        per_call_prompts,
+        prompts,
         f"openrlhf.train.agent_func_path={scripted.__file__}",
         "agent.training_sequences=per_call",
         "agent.max_turns=6",
         "agent.tools.topk=1",
         "agent.tools.max_doc_chars=50",
-        "agent.reward.function=asearcher_plugin.openrlhf_cpu.learnable:brevity",
+        "agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity",
         "openrlhf.data.max_len=8192",  # the tiny model's positions
         *overrides,
+        *extra,
         env={WORKLOAD_ENV: json.dumps({**PER_CALL_WORKLOAD, **workload})},
     )
+
+
+@pytest.fixture(scope="module")
+def per_call_run(tmp_path_factory, tiny_model, kb_server, per_call_prompts):
+    """One run per agent, shared by the tests that read it; a checkpoint after each of its two steps."""
+    runs = {}
+
+    def run(agent: str) -> Path:
+        if agent not in runs:
+            runs[agent] = tmp_path_factory.mktemp(f"per_call_{agent}")
+            per_call_train(
+                runs[agent],
+                tiny_model,
+                kb_server,
+                per_call_prompts,
+                agent,
+                "openrlhf.ckpt.save_steps=1",
+                "openrlhf.ckpt.max_num=10",
+            )
+        return runs[agent]
+
+    return run
+
+
+def check_per_call_fit(row: dict, fit: dict) -> int:
+    """Asserts the per-call invariants of one update; returns how many of its trajectories were split."""
+    trajectories = trajectories_of(fit)
+    # Scheduling stays per trajectory: B groups of n, each sequence a sample of its group in the trace.
+    assert len(trajectories) == len(row["groups"]) * SAMPLES
+    assert sum(g["samples"] for g in row["groups"]) == sum(len(t) for t in trajectories)
+    for t in trajectories:
+        assert len({r["reward"] for r in t}) == 1 and len({round(r["advantage"], 6) for r in t}) == 1
+        assert t[0]["reward"] == pytest.approx(1 - t[0]["generated_chars"] / 1024, abs=1e-6)  # logged unshaped
+        # the loss covers exactly what the model generated, over all the trajectory's sequences
+        assert sum(r["loss"] for r in t) == t[0]["generated_tokens"] and len(t) <= t[0]["turns"]
+        assert not t[0]["truncated"]
+    # group_norm over the n = 2 trajectories of a prompt, each counted once: +-1/sqrt(2), or 0 when equal
+    for a, b in zip(trajectories[::2], trajectories[1::2], strict=True):
+        adv_a, adv_b = a[0]["advantage"], b[0]["advantage"]
+        assert adv_a == pytest.approx(-adv_b, abs=1e-5)
+        expected = 0.0 if a[0]["reward"] == b[0]["reward"] else 2**-0.5
+        assert abs(adv_a) == pytest.approx(expected, abs=1e-4)
+    return sum(len(t) > 1 for t in trajectories)
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("agent", PER_CALL_AGENTS)
+def test_per_call_sequences_train_as_trajectories(per_call_run, agent):
+    tmp_path = per_call_run(agent)
     trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
     assert len(fits) == len(trace) == 2
-    split = 0
-    for row, fit in zip(trace, fits):
-        trajectories = trajectories_of(fit)
-        # Scheduling stays per trajectory: B groups of n, each sequence a sample of its group in the trace.
-        assert len(trajectories) == BATCH * SAMPLES
-        assert sum(g["samples"] for g in row["groups"]) == sum(len(t) for t in trajectories)
-        for t in trajectories:
-            assert len({r["reward"] for r in t}) == 1 and len({round(r["advantage"], 6) for r in t}) == 1
-            assert t[0]["reward"] == pytest.approx(1 - t[0]["generated_chars"] / 1024, abs=1e-6)  # logged unshaped
-            # the loss covers exactly what the model generated, over all the trajectory's sequences
-            assert sum(r["loss"] for r in t) == t[0]["generated_tokens"] and len(t) <= t[0]["turns"]
-            assert not t[0]["truncated"]
-            split += len(t) > 1
-        # group_norm over the n = 2 trajectories of a prompt, each counted once: +-1/sqrt(2), or 0 when equal
-        for a, b in zip(trajectories[::2], trajectories[1::2], strict=True):
-            adv_a, adv_b = a[0]["advantage"], b[0]["advantage"]
-            assert adv_a == pytest.approx(-adv_b, abs=1e-5)
-            expected = 0.0 if a[0]["reward"] == b[0]["reward"] else 2**-0.5
-            assert abs(adv_a) == pytest.approx(expected, abs=1e-4)
+    split = sum(check_per_call_fit(row, fit) for row, fit in zip(trace, fits, strict=True))
     assert split > 0  # some trajectories became several sequences
+
+
+@pytest.mark.timeout(1200)
+def test_resume_with_split_trajectories(per_call_run, tmp_path, tiny_model, kb_server, per_call_prompts):
+    """Resume the reasoning agent's per-call run from its first step: the prompts of the second step run again
+    from the checkpoint and train as split trajectories, accounted per trajectory."""
+    first = per_call_run("reasoning")
+    shutil.copytree(first / "ckpt", tmp_path / "ckpt")
+    (tmp_path / "ckpt" / "_actor" / "latest").write_text("global_step1")
+    before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
+    trained_before = {g["prompt"] for g in batches(read_jsonl(first / "trace.jsonl"))[0]["groups"]}
+    per_call_train(tmp_path, tiny_model, kb_server, per_call_prompts, "reasoning", "openrlhf.ckpt.load_enable=true")
+    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[before:]
+    questions = {json.loads(line)["question"] for line in per_call_prompts.read_text().splitlines()}
+    assert len(trace) == len(fits) == 1
+    assert sorted(g["prompt"] for g in trace[0]["groups"]) == sorted(questions - trained_before)
+    assert check_per_call_fit(trace[0], fits[0]) > 0
+    # the resumed trainer went on from the checkpoint's step
+    assert fits[0]["fit"] == 1 and "Global step 2" in (tmp_path / "train.log").read_text()
 
 
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
@@ -375,7 +425,7 @@ def test_an_engine_that_fails_to_start_ends_the_run_with_its_error(tmp_path, tin
 # the test's time.
 LEARN_PROMPTS, LEARN_EPISODES, K = 12, 8, 4
 LEARN = [
-    "agent.reward.function=asearcher_plugin.openrlhf_cpu.learnable:brevity",
+    "agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity",
     "openrlhf.rollout.batch_size=4",
     "openrlhf.rollout.n_samples_per_prompt=4",
     "openrlhf.train.batch_size=16",
@@ -403,9 +453,128 @@ def rise(rewards: list[float]) -> float:
 
 @pytest.mark.timeout(1500)
 def test_the_policy_learns_what_the_engines_generate(tmp_path, tiny_model, kb_server, learning_prompts):
-    from asearcher_plugin.openrlhf_cpu.actors import step_rewards
+    from asearcher_plugin.openrlhf.cpu.actors import step_rewards
 
     train(tmp_path, tiny_model, kb_server, learning_prompts, *LEARN)
     rewards = step_rewards(tmp_path / "ckpt")
     assert len(rewards) == LEARN_PROMPTS * LEARN_EPISODES // 4
     assert rise(rewards) > RISE, rewards
+
+
+# A KB outage in the middle of a run (the scripted workload: 1-8 turns a trajectory, every turn but the last a real
+# search, each turn 1 s): the server is killed once the first batch is handed out and started again on the same
+# port 12 s later. The local client gives up after one retry, so trajectories in flight meet ToolUnavailable.
+OUTAGE_WORKLOAD = {"max_turns": 8, "turns_scale": 2.0, "pareto_alpha": 1.0, "tokens_per_turn": 4, "turn_seconds": 1.0}
+OUTAGE_S = 12
+
+
+def loopback_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -> subprocess.Popen:
+    from asearcher_plugin.openrlhf.cpu import scripted
+    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
+
+    sets = [
+        f"openrlhf.actor.model_name_or_path={tiny_model}",
+        f"openrlhf.data.prompt_dataset={prompts}",
+        f"openrlhf.train.agent_func_path={scripted.__file__}",
+        f"agent.tools.local.urls=[{kb_url}]",
+        "agent.tools.local.retries=1",
+        "agent.tools.local.timeout=5",
+        "agent.tools.topk=1",
+        "agent.tools.max_doc_chars=50",
+        "agent.max_turns=8",
+        "openrlhf.data.max_len=8000",
+        f"openrlhf.ckpt.path={tmp / 'ckpt'}",
+        f"openrlhf.ckpt.output_dir={tmp / 'final'}",
+        f"scheduler.trace={tmp / 'trace.jsonl'}",
+        *extra,
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asearcher_plugin.cli",
+        "train",
+        RECIPE,
+        "--cpu",
+        *[x for s in sets for x in ("--set", s)],
+    ]
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0", WORKLOAD_ENV: json.dumps(OUTAGE_WORKLOAD)}
+    log = open(tmp / "train.log", "w")  # noqa: SIM115 - closed with the process by the caller
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp, env=env)
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(1200)
+def test_a_kb_outage_mid_run_is_never_trained_on(tmp_path, tiny_model, sample_kb, prompts):
+    import time
+
+    from local_retriever.server_process import start_server, wait_healthy
+
+    port = loopback_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(sample_kb, port, "bm25")
+    wait_healthy(url, server)
+    proc = outage_run(tmp_path, tiny_model, url, prompts)
+    trace = tmp_path / "trace.jsonl"
+    try:
+        wait_for(lambda: trace.exists() and batches(read_jsonl(trace)), proc, 900, "first batch")
+        server.kill()
+        server.wait()
+        time.sleep(OUTAGE_S)
+        server = start_server(sample_kb, port, "bm25")
+        wait_healthy(url, server)
+        assert proc.wait(timeout=900) == 0, (tmp_path / "train.log").read_text()[-4000:]
+    finally:
+        proc.kill()
+        server.kill()
+    rows = read_jsonl(trace)
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    # the outage happened and cost groups: they ran again, and what reached the trainer has no infrastructure failure
+    reruns = rows[-1]["stats"]["outage_reruns"]
+    assert reruns > 0 and rows[-1]["stats"]["outage_discarded"] == reruns * SAMPLES
+    assert rows[-1]["outage_seconds"] > 0
+    infos = [exp["info"] for fit in fits for exp in fit["experiences"]]
+    assert all(v == 0 for info in infos for v in info["tool_errors_infra"])
+    # OpenRLHF's metrics carry the run's outage counters; the last update saw them all
+    last = fits[-1]["experiences"][-1]["info"]
+    assert last["outage_groups_rerun"][0] == reruns and last["outage_trajectories_discarded"][0] == reruns * SAMPLES
+    # every prompt was trained exactly once, n samples each, in spite of the outage
+    questions = sorted(json.loads(line)["question"] for line in prompts.read_text().splitlines())
+    trained = sorted(p for fit in fits for exp in fit["experiences"] for p in exp["prompts"])
+    assert trained == sorted(q for q in questions for _ in range(SAMPLES))
+    assert "tool endpoints failing" in (tmp_path / "train.log").read_text()
+
+
+@pytest.mark.timeout(900)
+def test_an_outage_longer_than_its_budget_stops_the_run(tmp_path, tiny_model, prompts):
+    dead = f"http://127.0.0.1:{loopback_port()}"  # nothing listens: every search fails for the infrastructure
+    proc = outage_run(
+        tmp_path, tiny_model, dead, prompts, "agent.tools.local.check_on_start=false", "scheduler.outage_budget_s=5"
+    )
+    try:
+        code = proc.wait(timeout=800)
+    finally:
+        proc.kill()
+    log = (tmp_path / "train.log").read_text()
+    assert code == 1, log[-3000:]
+    # one line with the run's reason, not Ray's wrapped traceback
+    (line,) = [x for x in log.splitlines() if x.startswith("error: cpu_tiny: tool endpoints unavailable for")]
+    assert "longer than the outage budget of 5 s (scheduler.outage_budget_s); last failure: prompt" in line, line
+    assert not (tmp_path / "ckpt" / "cpu_harness_fits.jsonl").exists()  # nothing was trained

@@ -20,7 +20,7 @@ GROUPS = [  # (group, trajectory, reward, sequences): A is split in 3, C in 2
 
 @pytest.fixture(scope="module")
 def openrlhf():
-    from asearcher_plugin.openrlhf_cpu import use_stand_ins
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
 
     use_stand_ins()
     from openrlhf.trainer.ppo_utils.experience import Experience
@@ -39,7 +39,7 @@ def args_for(estimator: str):
 def sequence_experiences(openrlhf, rows_per_experience=2):
     """One sample per sequence, several samples per experience (OpenRLHF's micro-batches), in an order that
     interleaves trajectories."""
-    from asearcher_plugin.scheduler.per_call import GROUP_KEY, TRAJECTORY_KEY
+    from asearcher_plugin.openrlhf.per_call import GROUP_KEY, TRAJECTORY_KEY
 
     rows = [(g, t, r) for g, t, r, n in GROUPS for _ in range(n)]
     rows = rows[::2] + rows[1::2]
@@ -73,7 +73,7 @@ def sequence_experiences(openrlhf, rows_per_experience=2):
 
 
 def advantages(openrlhf, estimator: str):
-    from asearcher_plugin.scheduler.per_call import compute_per_trajectory
+    from asearcher_plugin.openrlhf.per_call import compute_per_trajectory
 
     args = args_for(estimator)
     maker = openrlhf.Maker.__new__(openrlhf.Maker)
@@ -130,7 +130,7 @@ def test_whitening_estimators_still_whiten_over_the_batch(openrlhf):
 
 
 def test_group_reward_std_and_the_keys_the_scheduler_added(openrlhf):
-    from asearcher_plugin.scheduler.per_call import GROUP_KEY, TRAJECTORY_KEY
+    from asearcher_plugin.openrlhf.per_call import GROUP_KEY, TRAJECTORY_KEY
 
     _, rows, out = advantages(openrlhf, "group_norm")
     stds = [round(float(s), 5) for e in out for s in e.info["group_reward_std"]]
@@ -155,7 +155,7 @@ def strategy(batch=4, n=2, train_batch=4, gas=2):
 
 
 def test_a_batch_of_any_size_is_split_into_exactly_its_optimizer_steps_micro_batches():
-    from asearcher_plugin.scheduler.per_call import partition_batch
+    from asearcher_plugin.openrlhf.per_call import partition_batch
 
     lengths = [900, 100, 120, 80, 700, 60, 50, 40, 300, 30, 20]  # 11 sequences of 8 trajectories
     buf = Buffer(lengths)
@@ -167,7 +167,7 @@ def test_a_batch_of_any_size_is_split_into_exactly_its_optimizer_steps_micro_bat
 
 
 def test_too_few_sequences_for_the_steps_is_a_clear_error():
-    from asearcher_plugin.scheduler.per_call import PerCallError, partition_batch
+    from asearcher_plugin.openrlhf.per_call import PerCallError, partition_batch
 
     with pytest.raises(PerCallError, match="3 sequences on this rank for 4 micro-batches"):
         partition_batch(Buffer([5, 6, 7]), strategy())

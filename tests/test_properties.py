@@ -163,7 +163,7 @@ def test_server_answers_any_body_and_a_good_request_alongside_is_unaffected(serv
 
 
 async def _toolbox(config):
-    return make_toolbox(config)
+    return make_toolbox(config.tools)
 
 
 def test_step_never_raises_and_a_good_step_alongside_is_unaffected(server, loop):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from asearcher_plugin.launch import build_command
-from asearcher_plugin.openrlhf_args import known_flags
+from asearcher_plugin.openrlhf.args import known_flags
 from asearcher_plugin.recipe import (
     RECIPE_DIR,
     Recipe,

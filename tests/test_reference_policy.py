@@ -6,8 +6,8 @@ import json
 import pytest
 
 from asearcher_plugin.agent.actions import parse_action
+from asearcher_plugin.agent.reference_policy import NAME, ReferencePolicy
 from asearcher_plugin.config import AgentConfig
-from asearcher_plugin.engines.reference_policy import NAME, ReferencePolicy
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.eval.datasets import load_dataset
 from asearcher_plugin.eval.runner import run_eval

@@ -1,7 +1,7 @@
 """The streaming generator on OpenRLHF's real SamplesGenerator, with real Ray actors as engines.
 
 OpenRLHF's samples generator and async trainer modules are imported for real (vLLM's CPU build; flash-attn is the
-import-only stand-in of `asearcher_plugin.openrlhf_cpu`). The engines are Ray actors answering
+import-only stand-in of `asearcher_plugin.openrlhf.cpu`). The engines are Ray actors answering
 `generate_responses` as OpenRLHF's rollout actors do, each with the tiny model and the real agent on the sample KB,
 or counting engines that record what was sent to them.
 The whole chain through OpenRLHF's `train()` is tested in tests/test_openrlhf_train_cpu.py.
@@ -23,10 +23,10 @@ pytest.importorskip("openrlhf")
 
 @pytest.fixture(scope="module")
 def streaming():
-    from asearcher_plugin.openrlhf_cpu import use_stand_ins
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
 
     use_stand_ins()
-    from asearcher_plugin.scheduler import openrlhf as streaming
+    from asearcher_plugin.openrlhf import streaming
 
     return streaming
 
@@ -379,7 +379,7 @@ def test_contract_check_names_what_changed(streaming, monkeypatch, module, name,
     import openrlhf.trainer.ppo_trainer_async as async_trainer
 
     # the real classes, with one method swapped for the variant an upgrade might bring
-    from asearcher_plugin.scheduler import contract
+    from asearcher_plugin.openrlhf import contract
 
     real = getattr(async_trainer if module == "ppo_trainer_async" else contract, name)
     cls = getattr(real, "__ray_actor_class__", real)

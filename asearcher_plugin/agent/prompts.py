@@ -6,15 +6,9 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 
-from ..template_check import TemplateError, check_template
+from ..template_check import TEMPLATE_FIELDS, TemplateError, read_template  # noqa: F401 - named here too
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
-# The fields a prompt template of each agent type may use; `question` is required.
-TEMPLATE_FIELDS = {
-    "search-r1": ("question", "current_date"),
-    "asearcher": ("question", "current_date"),
-    "asearcher-reasoning": ("question", "history", "current_date"),
-}
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
     "asearcher": ("search", "access", "answer"),
@@ -24,16 +18,6 @@ ALLOWED_ACTIONS = {
 
 def default_template_path(agent_type: str) -> Path:
     return TEMPLATE_DIR / f"{agent_type}.txt"
-
-
-def read_template(path: str | Path, agent_type: str) -> str:
-    """A prompt template's text, byte for byte, after checking it uses only the fields `agent_type` fills."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TemplateError(f"prompt template {path}: cannot be read: {exc}") from None
-    fields = TEMPLATE_FIELDS[agent_type]
-    return check_template(text, f"prompt template {path}", fields, [{"question"}], f" for agent_type {agent_type!r}")
 
 
 @cache

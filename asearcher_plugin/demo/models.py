@@ -21,7 +21,7 @@ class ModelError(RuntimeError):
 
 
 def reference_policy_available() -> bool:
-    return importlib.util.find_spec("asearcher_plugin.engines.reference_policy") is not None
+    return importlib.util.find_spec("asearcher_plugin.agent.reference_policy") is not None
 
 
 def choices() -> list[dict]:
@@ -32,7 +32,7 @@ def choices() -> list[dict]:
         {"kind": "openai", "label": "OpenAI-compatible server (URL)"},
     ]
     if reference_policy_available():
-        from ..engines.reference_policy import NAME
+        from ..agent.reference_policy import NAME
 
         items.insert(0, {"kind": "reference", "label": f"{NAME} (not a model: searches, reads, answers by rule)"})
     return items
@@ -100,7 +100,7 @@ class Models:
     async def _reference(self, agent_type: str, question: str, golds: list[str]) -> Engine:
         if not reference_policy_available():
             raise ModelError("the scripted reference policy is not installed in this version")
-        from ..engines.reference_policy import NAME, ReferencePolicy
+        from ..agent.reference_policy import NAME, ReferencePolicy
 
         tiny = await self._hf_engine(str(self.tiny_dir), tiny=True)  # its tokenizer: any tokenizer round-trips text
         answers = {question: golds} if golds else None

@@ -295,7 +295,7 @@ def banner(card: dict | None) -> str | None:
             "score is about 0. For real answers, run with --base-url http://HOST:PORT/v1 (an OpenAI-compatible "
             "server with a real model)."
         )
-    from ..engines.reference_policy import NAME
+    from ..agent.reference_policy import NAME
 
     if model.get("engine") == NAME:
         return (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ..agent.reference_policy import NAME as REFERENCE
 from ..config import AgentConfig, validation_problems
-from ..engines.reference_policy import NAME as REFERENCE
 from .card import differences
 
 # Fields that differ between two runs of the same settings: where the KB listens, not what it holds.
@@ -105,7 +105,7 @@ def make_engine_like(model: dict, config: AgentConfig, items: list[dict], tokeni
     kind = model.get("engine")
     if kind == REFERENCE:
         tok = AutoTokenizer.from_pretrained(tokenizer or model["tokenizer"])
-        from ..engines.reference_policy import ReferencePolicy
+        from ..agent.reference_policy import ReferencePolicy
 
         policy = ReferencePolicy.for_items(
             tok,

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from ..config import AgentConfig, ToolsConfig
+from ..config import ToolsConfig
 from .base import ToolBox, ToolError, ToolUnavailable
 
 
 def make_toolbox(tools: ToolsConfig) -> ToolBox:
     """The backend named by `tools.backend`: the agent's `tools:` section, or synthesis's."""
-    if isinstance(tools, AgentConfig):  # the agent's whole config, as asearcher_plugin/env.py still passes it
-        tools = tools.tools
     if tools.backend == "local":
         from .local import LocalToolBox
 

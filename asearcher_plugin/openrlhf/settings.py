@@ -32,7 +32,7 @@ def resolve_settings(settings: SchedulerConfig, args) -> SchedulerConfig:
 
 
 def check_per_call(args, settings: SchedulerConfig | None) -> None:
-    """What `agent.training_sequences: per_call` needs of the run (see scheduler/per_call.py)."""
+    """What `agent.training_sequences: per_call` needs of the run (see openrlhf/per_call.py)."""
     problems = []
     if settings is None:
         problems.append(

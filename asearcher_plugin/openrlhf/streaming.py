@@ -44,15 +44,18 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
 from ..config import SchedulerConfig
-from .breaker import OutageBreaker
+from ..scheduler.breaker import OutageBreaker
+from ..scheduler.core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
+from ..scheduler.errors import EndpointOutage
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
-from .core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
-from .errors import EndpointOutage
 from .per_call import GROUP_KEY, TRAJECTORY_KEY, PerCallPolicy, PerCallTrainer, mixed
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
 REPLAY_KEY = "asearcher_unconsumed_prompts"
+# The pass over the prompts had ended when the snapshot was taken. The dataloader's own state then says "start a
+# new pass", so after a resume the episode runs only its replayed prompts, not the whole data again.
+PASS_DONE_KEY = "asearcher_pass_done"
 
 
 class TrainerSteps:
@@ -121,6 +124,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sched: StreamingScheduler | None = None
         self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
+        self._pass_done = self._skip_pass = False
         self._calls = self._handed_out = self._episode = self._admitted_before = 0
         self._drawn_reported = 0
         self.engine_groups = [0] * len(self.vllm_engines)  # groups in flight per engine, kept on the loop
@@ -140,6 +144,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
         def load_state_dict(state):
             state = dict(state)
             self._replay = [tuple(p) for p in state.pop(REPLAY_KEY, [])]
+            self._skip_pass = bool(state.pop(PASS_DONE_KEY, False))
             self._snapshot = None
             live_load(state)
 
@@ -149,7 +154,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
     async def _take_snapshot(self):
         # On the scheduler's loop, where prompts are drawn: position and list agree.
         pending = (self._sched.unconsumed_prompts() if self._sched else []) + self._replay
-        return {**self._live_state(), REPLAY_KEY: [list(p) for p in pending]}
+        return {**self._live_state(), REPLAY_KEY: [list(p) for p in pending], PASS_DONE_KEY: self._pass_done}
 
     # -- one pass over the prompts per episode ---------------------------------------------
     def _run(self, coro):
@@ -172,9 +177,14 @@ class StreamingSamplesGenerator(SamplesGenerator):
             while self._replay:
                 self._replayed += 1
                 yield self._replay.pop(0)
+            if self._skip_pass:  # resumed after this episode's pass had ended: its replayed prompts were the rest
+                self._skip_pass = False
+                return
+            self._pass_done = False
             for batch in self.prompts_dataloader:  # every prompt of every batch, whatever the batch size
                 _, texts, labels, images = batch
                 yield from zip(texts, labels, images, strict=True)
+            self._pass_done = True
 
         call = self._engine_call(generate_kwargs)
 

@@ -1,15 +1,15 @@
 """The agent file of the CPU harness's scheduling workload (see workload.py): the plugin's agent, every model call
 going through the scripted engine of its rollout actor.
 
-Pass it as the agent file (`--set openrlhf.train.agent_func_path=$(python -m asearcher_plugin.openrlhf_cpu.scripted)`)
+Pass it as the agent file (`--set openrlhf.train.agent_func_path=$(python -m asearcher_plugin.openrlhf.cpu.scripted)`)
 with `ASEARCHER_CPU_WORKLOAD` (JSON of `Workload`'s fields) in the environment. OpenRLHF loads this file by path
 (as `agent_module`, not registered in `sys.modules`), so it holds no dataclass and imports only absolute names.
 """
 
 from pathlib import Path
 
-from asearcher_plugin.env import AgentExecutor as _AgentExecutor
-from asearcher_plugin.openrlhf_cpu.workload import ScriptedEngine, Workload
+from asearcher_plugin.agent.executor import AgentExecutor as _AgentExecutor
+from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload
 
 
 class AgentExecutor(_AgentExecutor):

@@ -2,7 +2,7 @@
 
 Use with any recipe:
 
-    asearcher train cpu_tiny --cpu --set agent.reward.function=asearcher_plugin.openrlhf_cpu.learnable:brevity
+    asearcher train cpu_tiny --cpu --set agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity
 
 The reward must separate the samples of one prompt from the first step on: a group whose rewards are all equal has no
 advantage to learn from. Counting generated tokens alone does not: a random model rarely ends its turn early (its stop

@@ -23,10 +23,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from string import Formatter
 
-from ..agent.actions import STOP_STRINGS
-from ..agent.prompts import ALLOWED_ACTIONS, template_for
+from ..engines.types import CompletionOutput, Logprob, RequestOutput
 from ..reward import normalize_answer
-from .types import CompletionOutput, Logprob, RequestOutput
+from .actions import STOP_STRINGS
+from .prompts import ALLOWED_ACTIONS, template_for
 
 NAME = "scripted reference policy"
 DEFAULT_WRONG_RATE = 0.25
