@@ -305,8 +305,13 @@ def main() -> None:
         payload.setdefault("rows", {})[name] = got
         rows += got
     when = "; ".join(f"{name} {day}" for name, day in payload["measured"].items())
+    # the KB scenarios' traffic as the run that measured them sent it
+    kb_run = args if set(args.scenarios) & {"poison", "replica_kill", "slow_loris"} else None
+    requests = kb_run.requests if kb_run else earlier.get("args", {}).get("requests", args.requests)
+    clients = kb_run.clients if kb_run else earlier.get("args", {}).get("clients", args.clients)
+    payload["kb_traffic"] = {"requests": requests, "clients": clients}
     note = (
-        f"{args.requests} good requests per scenario ({args.clients} in flight; 1 in 8 a page read), sample KB "
+        f"{requests} good requests per KB scenario ({clients} in flight; 1 in 8 a page read), sample KB "
         "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback; the "
         "training run: OpenRLHF's own train() on CPU with the streaming scheduler, the scripted workload (1-8 "
         f"turns of 1 s, real searches, BM25), KB down {args.outage_s:g} s. Measured: {when}"
