@@ -102,6 +102,19 @@ def test_the_turn_budget_binds_it_like_a_model(tokenizer):
     assert tokenizer.decode(turn.token_ids) == turn.text
 
 
+def test_after_a_failed_search_it_still_answers_with_a_valid_action(tokenizer):
+    from asearcher_plugin.agent.actions import parse_action
+
+    policy = ReferencePolicy(tokenizer, "asearcher", wrong_rate=0.0)
+    transcript = (
+        policy_prompt("What is the capital of Angola?")
+        + "<think>I will search for the question.</think>\n<search> What is the capital of Angola? </search>"
+        + "\n\n<information>search failed: web search needs $SERPER_API_KEY</information>\n\n"
+    )
+    action = parse_action(policy.reply(transcript))
+    assert action.kind == "answer" and "<" not in action.argument, action
+
+
 def policy_prompt(question):
     from asearcher_plugin.agent.prompts import build_prompt
 

@@ -32,6 +32,7 @@ NAME = "scripted reference policy"
 DEFAULT_WRONG_RATE = 0.25
 
 _INFO = re.compile(r"<information>(.*?)</information>", re.S)
+_OWN_TURNS = re.compile(r"<(think|search|access|answer)>.*?</\1>", re.S)
 _TOP_URL = (
     re.compile(r"Doc 1\(Title: [^\n]*?\) \[([^\]\n]+)\]"),  # native search results
     re.compile(r"\[Doc 1\]\(([^)\n]+)\):"),  # ASearcher's blocks
@@ -131,7 +132,8 @@ class ReferencePolicy:
         return f"Scripted reference policy notes:{said} Most relevant: {best[:300]}\n"
 
     def _answer(self, question: str, history: str, sample_seed: int | None) -> tuple[str, str]:
-        evidence = "\n".join(_INFO.findall(history)) + "\n" + history
+        # what the tools returned, never its own turns: after a failed search they would be all there is
+        evidence = "\n".join(_INFO.findall(history)) + "\n" + _OWN_TURNS.sub(" ", history)
         found = self._gold_in(question, evidence)
         truth = found or _extract(question, evidence)
         if self._wrong_on_purpose(question, sample_seed):
