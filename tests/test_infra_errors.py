@@ -22,6 +22,9 @@ def serve(status: int) -> str:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):  # noqa: N802 - the stdlib's name
             self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.do_GET()
+
+        def do_GET(self):  # noqa: N802 - Jina's reader is a GET
             body = json.dumps({"detail": "no"}).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
@@ -101,3 +104,41 @@ def test_an_outage_in_evaluation_is_failed_and_runs_again_on_resume(tmp_path, to
     # after the resume, the metrics are those of a run the outage never touched
     evaluate(kb_server, tmp_path / "uninterrupted")
     assert metrics(tmp_path / "resumed") == metrics(tmp_path / "uninterrupted")
+
+
+@pytest.mark.parametrize("tool, status", [("search", 429), ("search", 503), ("access", 429), ("access", 503)])
+def test_serper_and_jina_answering_429_or_503_are_the_infrastructures(tool, status, monkeypatch):
+    """Serper (search) and Jina (page access) stand-ins that answer every request with `status`: after the client's
+    retries the call fails as ToolUnavailable and counts as the infrastructure's, not the model's."""
+    from asearcher_plugin.env import AgentInstance
+
+    url = serve(status)
+    monkeypatch.setenv("SERPER_API_KEY", "test-key")
+    monkeypatch.setenv("JINA_API_KEY", "test-key")
+    cfg = AgentConfig.model_validate(
+        {
+            "agent_type": "asearcher",
+            "max_turns": 3,
+            "tools": {
+                "backend": "web",
+                "web": {
+                    "serper_url": f"{url}/search",
+                    "jina_url": f"{url}/jina/",
+                    "retries": 1,
+                    "timeout": 2.0,
+                    "allow_private_hosts": ["127.0.0.1"],
+                },
+            },
+        }
+    )
+    action = "<search>capital of Angola</search>" if tool == "search" else f"<access>{url}/page</access>"
+
+    async def run():
+        box = make_toolbox(cfg.tools)
+        try:
+            return await AgentInstance(cfg, box).step({"action_text": action, "label": "x"})
+        finally:
+            await box.aclose()
+
+    logs = asyncio.run(run())["extra_logs"]
+    assert logs["tool_errors"] == 1.0 and logs["tool_errors_infra"] == 1.0, logs
