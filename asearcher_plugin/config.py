@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
@@ -247,11 +247,28 @@ class SchedulerConfig(_Strict):
     )
 
 
+class CpuHarnessConfig(_Strict):
+    """Switches of the CPU harness (`asearcher train --cpu`) for its tests and benchmarks; nothing reads them
+    elsewhere. They travel in the run config, which every actor of the run receives."""
+
+    workload: dict[str, Any] | None = Field(
+        None,
+        description="the scripted agent's workload (asearcher_plugin/openrlhf/cpu/workload.py, Workload's fields); "
+        "needed only with the scripted agent file",
+    )
+    engine_stats: str | None = Field(None, description="a folder where each engine writes its busy intervals")
+    fit_seconds: float = Field(0.0, ge=0, description="seconds added to every training step (a GPU-sized update)")
+    skip_weight_load: bool = Field(
+        False, description="engines receive every weight broadcast and keep their weights (a learning control)"
+    )
+
+
 class RunConfig(_Strict):
     """What travels with a training run besides OpenRLHF's flags."""
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    cpu_harness: CpuHarnessConfig = Field(default_factory=CpuHarnessConfig)
 
 
 class ConfigError(ValueError):

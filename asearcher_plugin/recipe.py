@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from .config import AgentConfig, ConfigError, RunConfig, SchedulerConfig, validation_problems
+from .config import AgentConfig, ConfigError, CpuHarnessConfig, RunConfig, SchedulerConfig, validation_problems
 from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
 # The recipes live at the top of the repository (recipes/), where a user looks first; a wheel ships them inside the
@@ -85,6 +85,7 @@ class Recipe(BaseModel):
     resources: Resources | None = None
     agent: AgentConfig = Field(default_factory=AgentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    cpu_harness: CpuHarnessConfig = Field(default_factory=CpuHarnessConfig)
     openrlhf: dict[str, Any] = Field(
         description="OpenRLHF 0.11.2 flags without the leading dashes, e.g. rollout.batch_size: 128; true is a switch "
         "given, false or null leaves the flag out, a list gives several values"
@@ -145,7 +146,7 @@ class Recipe(BaseModel):
 
     def run_config(self) -> RunConfig:
         """What travels with the run besides the flags (the agent and scheduler sections)."""
-        return RunConfig(agent=self.agent, scheduler=self.scheduler)
+        return RunConfig(agent=self.agent, scheduler=self.scheduler, cpu_harness=self.cpu_harness)
 
     def argv(self) -> list[str]:
         """The OpenRLHF command line, with the plugin's agent file unless the recipe names one of its own."""

@@ -77,12 +77,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "query_words": 4,
         "seed": args.seed,
     }
-    env = {
-        **os.environ,
-        "ASEARCHER_CPU_WORKLOAD": json.dumps(workload),
-        "ASEARCHER_CPU_ENGINE_STATS": str(out / "engines"),
-        "ASEARCHER_CPU_FIT_SECONDS": str(args.fit_s),
-    }
+    env = os.environ
     sets = [
         f"openrlhf.train.agent_func_path={scripted.__file__}",
         f"openrlhf.actor.model_name_or_path={model}",
@@ -105,6 +100,9 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         f"openrlhf.ckpt.path={out / 'ckpt'}",
         f"openrlhf.ckpt.output_dir={out / 'final'}",
         f"scheduler.trace={out / 'trace.jsonl'}",
+        f"cpu_harness.workload={json.dumps(workload)}",
+        f"cpu_harness.engine_stats={out / 'engines'}",
+        f"cpu_harness.fit_seconds={args.fit_s}",
         *overrides,
     ]
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]

@@ -35,7 +35,6 @@ def _jsonl(path: Path) -> list[dict]:
 def run(kb: Path, work: Path, prompts: int, outage_s: float) -> tuple[list, dict]:
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.openrlhf.cpu import scripted
-    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
     from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy
 
@@ -62,9 +61,10 @@ def run(kb: Path, work: Path, prompts: int, outage_s: float) -> tuple[list, dict
         f"openrlhf.ckpt.path={work / 'ckpt'}",
         f"openrlhf.ckpt.output_dir={work / 'final'}",
         f"scheduler.trace={work / 'trace.jsonl'}",
+        f"cpu_harness.workload={json.dumps(WORKLOAD)}",
     ]
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
-    env = {**os.environ, WORKLOAD_ENV: json.dumps(WORKLOAD)}
+    env = os.environ
     server = start_server(kb, port, "bm25")
     wait_healthy(url, server)
     with open(work / "train.log", "w") as log:

@@ -90,10 +90,11 @@ def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
     import json
 
     from asearcher_plugin.openrlhf.cpu import scripted
-    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
+    from asearcher_plugin.openrlhf.cpu.switches import switches
 
-    monkeypatch.setenv(WORKLOAD_ENV, json.dumps({"max_turns": 3}))
-    monkeypatch.setenv("ASEARCHER_RUN_CONFIG", json.dumps({"agent": {"tools": {"local": {"check_on_start": False}}}}))
+    run = {"agent": {"tools": {"local": {"check_on_start": False}}}, "cpu_harness": {"workload": {"max_turns": 3}}}
+    monkeypatch.setenv("ASEARCHER_RUN_CONFIG", json.dumps(run))
+    switches.cache_clear()
     spec = importlib.util.spec_from_file_location("agent_module", scripted.__file__)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -181,7 +181,6 @@ MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "toke
 
 def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server, learning_prompts):
     from asearcher_plugin.openrlhf.cpu import scripted
-    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     train(
         tmp_path,
@@ -196,7 +195,7 @@ def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, k
         f"scheduler.max_staleness={MASK_ETA}",  # above the queue's 1: groups admitted later can overtake long ones
         "scheduler.max_concurrent=8",
         "scheduler.on_stale=mask",
-        env={WORKLOAD_ENV: json.dumps(MASK_WORKLOAD)},
+        f"cpu_harness.workload={json.dumps(MASK_WORKLOAD)}",
     )
     trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
@@ -264,7 +263,6 @@ def trajectories_of(fit: dict) -> list[list[dict]]:
 
 def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, *extra: str):
     from asearcher_plugin.openrlhf.cpu import scripted
-    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     overrides, workload = PER_CALL_AGENTS[agent]
     train(
@@ -281,7 +279,7 @@ def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, 
         "openrlhf.data.max_len=8192",  # the tiny model's positions
         *overrides,
         *extra,
-        env={WORKLOAD_ENV: json.dumps({**PER_CALL_WORKLOAD, **workload})},
+        f"cpu_harness.workload={json.dumps({**PER_CALL_WORKLOAD, **workload})}",
     )
 
 
@@ -420,7 +418,7 @@ def test_an_engine_that_fails_to_start_ends_the_run_with_its_error(tmp_path, tin
 
 # The learning test: the brevity reward (shorter trajectories in characters) must rise over training when the
 # engines load the broadcast weights. Its planted bug is a broken weight sync (the engines receive the weights and
-# do not load them, ASEARCHER_CPU_SKIP_WEIGHT_LOAD=1): benchmarks/learning_cpu.py runs it beside every synced run of
+# do not load them, cpu_harness.skip_weight_load=true): benchmarks/learning_cpu.py runs it beside every synced run of
 # the same seeds and it stays flat (-0.000 +- 0.014 over 4 seeds); it is not run again here, where it would double
 # the test's time.
 LEARN_PROMPTS, LEARN_EPISODES, K = 12, 8, 4
@@ -478,7 +476,6 @@ def loopback_port() -> int:
 
 def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -> subprocess.Popen:
     from asearcher_plugin.openrlhf.cpu import scripted
-    from asearcher_plugin.openrlhf.cpu.workload import WORKLOAD_ENV
 
     sets = [
         f"openrlhf.actor.model_name_or_path={tiny_model}",
@@ -494,6 +491,7 @@ def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -
         f"openrlhf.ckpt.path={tmp / 'ckpt'}",
         f"openrlhf.ckpt.output_dir={tmp / 'final'}",
         f"scheduler.trace={tmp / 'trace.jsonl'}",
+        f"cpu_harness.workload={json.dumps(OUTAGE_WORKLOAD)}",
         *extra,
     ]
     cmd = [
@@ -506,7 +504,7 @@ def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -
         *[x for s in sets for x in ("--set", s)],
     ]
     tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0", WORKLOAD_ENV: json.dumps(OUTAGE_WORKLOAD)}
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     log = open(tmp / "train.log", "w")  # noqa: SIM115 - closed with the process by the caller
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp, env=env)
 

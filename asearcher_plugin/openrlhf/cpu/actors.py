@@ -9,7 +9,6 @@ process before OpenRLHF's `__init__`. The policy actor also keeps a record of wh
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import ray
 import torch
 
 FIT_LOG = "cpu_harness_fits.jsonl"
-FIT_SECONDS_ENV = "ASEARCHER_CPU_FIT_SECONDS"  # benchmarks: a GPU-sized training step on top of the real one
 
 
 def original_class(actor_class):
@@ -64,7 +62,9 @@ class FitLog:
 
     def fit(self, kl_ctl: float = 0):
         status = super().fit(kl_ctl)
-        time.sleep(float(os.environ.get(FIT_SECONDS_ENV, "0") or 0))
+        from asearcher_plugin.openrlhf.cpu.switches import switches
+
+        time.sleep(switches().fit_seconds)  # benchmarks: a GPU-sized training step on top of the real one
         self._fits = getattr(self, "_fits", 0) + 1
         path = Path(self.strategy.args.ckpt.path)
         path.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """The agent file of the CPU harness's scheduling workload (see workload.py): the plugin's agent, every model call
 going through the scripted engine of its rollout actor.
 
-Pass it as the agent file (`--set openrlhf.train.agent_func_path=$(python -m asearcher_plugin.openrlhf.cpu.scripted)`)
-with `ASEARCHER_CPU_WORKLOAD` (JSON of `Workload`'s fields) in the environment. OpenRLHF loads this file by path
+Pass it as the agent file (`--set openrlhf.train.agent_func_path=$(python -m
+asearcher_plugin.openrlhf.cpu.scripted)`) with the workload in the run config (`--set 'cpu_harness.workload={...}'`,
+`Workload`'s fields). OpenRLHF loads this file by path
 (as `agent_module`, not registered in `sys.modules`), so it holds no dataclass and imports only absolute names.
 """
 
@@ -17,7 +18,7 @@ class AgentExecutor(_AgentExecutor):
 
     def __init__(self):
         super().__init__()
-        self.workload = Workload.from_env()
+        self.workload = Workload.from_run_config()
         self._engines: dict[int, ScriptedEngine] = {}
 
     async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):

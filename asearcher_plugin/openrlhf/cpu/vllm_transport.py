@@ -27,8 +27,6 @@ import os
 from datetime import timedelta
 
 HARNESS_ENV = "ASEARCHER_CPU_HARNESS"
-# For the learning test's control run: engines receive every broadcast but keep their initial weights.
-SKIP_LOAD_ENV = "ASEARCHER_CPU_SKIP_WEIGHT_LOAD"
 TIMEOUT = timedelta(seconds=300)
 
 
@@ -55,7 +53,9 @@ def update_weight(self, name, dtype, shape, empty_cache=False):
 
     weight = torch.empty(shape, dtype=dtype)
     self._model_update_group.broadcast(weight, src=0)
-    if os.environ.get(SKIP_LOAD_ENV) != "1":
+    from .switches import switches
+
+    if not switches().skip_weight_load:  # the learning benchmark's control: broadcasts received, not loaded
         self.model_runner.model.load_weights(weights=[(name, weight)])
     del weight
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, with_overrides
 
-WORKLOAD_ENV = "ASEARCHER_CPU_WORKLOAD"
-STATS_ENV = "ASEARCHER_CPU_ENGINE_STATS"  # a folder: each engine actor writes its busy intervals there
+from .switches import switches
+
 _PLAN = re.compile(r"<think>plan (\d+)</think>")
 
 
@@ -45,11 +45,14 @@ class Workload:
     seed: int = 0
 
     @classmethod
-    def from_env(cls) -> Workload:
-        raw = os.environ.get(WORKLOAD_ENV)
-        if not raw:
-            raise RuntimeError(f"the scripted agent needs ${WORKLOAD_ENV} (JSON of Workload's fields)")
-        return cls(**json.loads(raw))
+    def from_run_config(cls) -> Workload:
+        fields = switches().workload
+        if fields is None:
+            raise RuntimeError(
+                "the scripted agent needs cpu_harness.workload in the run config (Workload's fields, e.g. --set "
+                "'cpu_harness.workload={max_turns: 8, turn_seconds: 1.0}')"
+            )
+        return cls(**fields)
 
 
 class ScriptedEngine:
@@ -106,11 +109,11 @@ def _opened_next(text: str) -> str | None:
 
 
 class BusyClock:
-    """The intervals with at least one request decoding, appended to $ASEARCHER_CPU_ENGINE_STATS/engine-PID.jsonl."""
+    """The intervals with at least one request decoding, appended to cpu_harness.engine_stats/engine-PID.jsonl."""
 
     def __init__(self):
         self.active, self.since = 0, 0.0
-        self.folder = os.environ.get(STATS_ENV)
+        self.folder = switches().engine_stats
 
     def __enter__(self):
         if self.active == 0:
