@@ -20,7 +20,8 @@ from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dott
 # package (setup.py maps them to asearcher_plugin/recipes/), so a name resolves from a checkout and from a pip install.
 _PACKAGED = Path(__file__).with_name("recipes")
 RECIPE_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[1] / "recipes"
-SECTIONS = ("description", "resources", "agent", "scheduler", "openrlhf")
+SECTIONS = ("description", "resources", "agent", "scheduler", "cpu_harness", "openrlhf")
+RUN_SECTIONS = ("agent", "scheduler", "cpu_harness")  # what travels with the run besides OpenRLHF's flags
 SCALARS = (bool, int, float, str)
 
 
@@ -225,15 +226,16 @@ def load_recipe(recipe: str | Path, overrides: list[str] = ()) -> dict:
 
 
 def read_run_file(path: str | Path) -> RunConfig:
-    """A run config (`agent:` and `scheduler:`) or a whole recipe, for `python -m asearcher_plugin.launch --config`;
-    the OpenRLHF flags of a recipe are not read there (they are the launcher's command line)."""
+    """A run config (`agent:`, `scheduler:`, `cpu_harness:`) or a whole recipe, for `python -m
+    asearcher_plugin.launch --config`; the OpenRLHF flags of a recipe are not read there (the launcher's command
+    line)."""
     data = read_yaml_mapping(path, RecipeError)
     if unknown := set(data) - set(SECTIONS):
-        raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}; expected agent, scheduler")
+        raise RecipeError(f"{path}: unknown section(s) {sorted(unknown)}; expected {', '.join(RUN_SECTIONS)}")
     if problems := null_sections(data, path):
         raise RecipeError("; ".join(problems))
     try:
-        return RunConfig.model_validate({k: data[k] for k in ("agent", "scheduler") if k in data})
+        return RunConfig.model_validate({k: data[k] for k in RUN_SECTIONS if k in data})
     except ValidationError as exc:
         raise RecipeError(f"{path}: {validation_problems(exc)}") from None
 
