@@ -158,6 +158,20 @@ class ScriptedEngine:
 TOO_LONG = "TOOLONG"  # a question carrying this makes the model server refuse it, as vLLM does past its context
 
 
+# Headless Chromium as the browser tests run it (scripts/test.sh installs it).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 class ScriptedModel:
     """OpenAI `/v1/completions` that answers each question with the answer scripted for it."""
 

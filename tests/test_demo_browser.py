@@ -20,21 +20,10 @@ import pytest
 from websockets.sync.client import connect
 
 from asearcher_plugin.demo.server import create_app
-from tests.helpers import serve_app
+from tests.helpers import CHROMIUM, CHROMIUM_FLAGS, serve_app
 
 pytestmark = pytest.mark.browser
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
+FLAGS = [*CHROMIUM_FLAGS, "--hide-scrollbars"]
 QUESTION, GOLD = "What is the capital and largest city of Angola?", "Luanda"
 
 

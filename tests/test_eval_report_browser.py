@@ -1,26 +1,14 @@
 """report.html in a real headless Chromium: it loads, shows the metrics and every trajectory."""
 
 import json
-import shutil
 import subprocess
 
 import pytest
 
 from asearcher_plugin.eval.runner import write_reports
+from tests.helpers import CHROMIUM, CHROMIUM_FLAGS
 
 pytestmark = [pytest.mark.browser]
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def rows():
@@ -74,7 +62,15 @@ def test_report_renders_in_headless_chromium(tmp_path):
     url = (tmp_path / "report.html").resolve().as_uri()
     profile = tmp_path / "profile"
     dom = subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", url],
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            url,
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -86,7 +82,14 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert "Uncaught" not in dom.stderr and "Failed to load resource" not in dom.stderr
     shot = tmp_path / "report.png"
     subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,1600", url],
+        [
+            CHROMIUM,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1200,1600",
+            url,
+        ],
         capture_output=True,
         timeout=120,
         check=True,
