@@ -51,8 +51,7 @@ class OutageBreaker:
     @property
     def outage_seconds(self) -> float:
         """Time spent in outages so far, the current one included."""
-        current = self.clock() - self._down_since if self._down_since is not None else 0.0
-        return self._down_total + current
+        return self._down_total + self._down_for()
 
     def trip(self, reason: str) -> None:
         """An infrastructure failure came back: pause admission and start asking the endpoints."""
@@ -73,15 +72,20 @@ class OutageBreaker:
         """A group completed without an infrastructure failure. It ends the outage only if it started after the
         latest failure (`trips` when it started): one that ran before it may not have needed the endpoints since."""
         if self._down_since is not None and trips_at_start == self.trips:
-            self._down_total += self.clock() - self._down_since
-            log.warning("tool endpoints answering again after %.1f s", self.clock() - self._down_since)
+            lasted = self._down_for()
+            self._down_total += lasted
+            log.warning("tool endpoints answering again after %.1f s", lasted)
             self._down_since = None
             self._backoff = self.backoff_s
 
+    def _down_for(self) -> float:
+        """Seconds the current outage has lasted (0 when there is none)."""
+        return 0.0 if self._down_since is None else self.clock() - self._down_since
+
     def check_budget(self) -> None:
-        if self._down_since is not None and self.clock() - self._down_since > self.budget_s:
+        if self._down_for() > self.budget_s:
             raise OutageBudgetExceeded(
-                f"tool endpoints unavailable for {self.clock() - self._down_since:.0f} s, longer than the outage "
+                f"tool endpoints unavailable for {self._down_for():.0f} s, longer than the outage "
                 f"budget of {self.budget_s:g} s (scheduler.outage_budget_s); last failure: {self._last_error}"
             )
 
@@ -90,13 +94,13 @@ class OutageBreaker:
 
     async def _wait_for_endpoints(self) -> None:
         while self.open:
-            await asyncio.sleep(min(self._backoff, max(self.budget_s, 0.0) + 0.01))
+            await asyncio.sleep(min(self._backoff, self.budget_s + 0.01))  # never sleep past the budget
             self._backoff = min(2 * self._backoff, self.max_backoff_s)
             if self.probe is None or await self._answers():
                 self.open = False
                 self._closed.set()
                 return
-            if self._down_since is not None and self.clock() - self._down_since > self.budget_s:
+            if self._down_for() > self.budget_s:
                 self._closed.set()  # wake the scheduler: its next check raises
                 return
 
