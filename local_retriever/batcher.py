@@ -1,11 +1,19 @@
-"""Micro-batching in two overlapped stages: queries from concurrent requests are searched together.
+"""Micro-batching: queries from concurrent requests are prepared and searched together.
 
-Stage one (a thread) takes every request waiting when it becomes free, up to `max_batch` queries, and
-prepares them in one pass (encoder, BM25 tokenisation). Stage two (another thread) joins whatever stage
-one has prepared since its last search, searches it as one batch and reads the rows. Neither stage waits
-for a batch to fill: a request that finds the server idle is prepared at once, and batches grow only from
-requests that queued while earlier work was in flight, so a lone client pays no batching delay while many
-clients get large batches. Stage one prepares batch k+1 while stage two searches batch k.
+Stage one takes every request waiting when it becomes free, up to `max_batch` queries, and prepares them
+in one pass (encoder, BM25 tokenisation); stage two searches them as one batch and reads the rows. Nothing
+waits for a batch to fill: a request that finds the server idle is prepared at once, and batches grow only
+from requests that queued while earlier work was in flight, so a lone client pays no batching delay while
+many clients get large batches.
+
+Two ways to run the stages. `overlap=False` (serial): one thread prepares a batch, then searches it, each
+stage with every core. `overlap=True`: stage two runs on its own thread and joins whatever stage one has
+prepared since its last search, so batch k+1 is prepared while batch k is searched, each stage with its
+share of the cores while both run. Overlap pays only when the stages gain little from more threads; on a
+2-core machine, where the encoder and a Flat scan gain 1.3-1.9x from a second thread and a scan costs about
+the same whatever the batch, serial is faster under load (see benchmarks/server_throughput.py).
+
+In serial mode, requests that arrive while a batch is prepared are prepared next and join its search.
 
 If a batch fails in either stage, each request in it is searched again on its own, so an error reaches
 only the request that caused it.
@@ -51,8 +59,9 @@ class _Prepared:
 class MicroBatcher:
     """`submit` returns a future of the hits of each query (row position, score), best first, or of
     `finish(hits)` of each query when `finish` is given (run on stage two's thread, e.g. to read rows).
-    `stage_threads` (one per stage, each called on its stage's thread before every batch) is told whether the
-    other stage may run meanwhile, to size the stage's CPU threads: the whole machine alone, a share when both run."""
+    `stage_threads` (one per stage, each called on the thread that runs the stage before every batch) is told
+    whether the other stage may run meanwhile, to size the stage's CPU threads: the whole machine alone, a share
+    when both run (only with `overlap`)."""
 
     def __init__(
         self,
@@ -60,8 +69,11 @@ class MicroBatcher:
         max_batch: int = 128,
         finish: Callable[[list[tuple[int, float]]], Any] | None = None,
         stage_threads: tuple[Callable[[bool], None] | None, Callable[[bool], None] | None] = (None, None),
+        overlap: bool = False,
     ):
         self._stages = stages
+        self.overlap = overlap
+        self._stage_threads = stage_threads
         self.max_batch = max_batch
         self._finish = finish
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
@@ -76,10 +88,9 @@ class MicroBatcher:
         self.timings = dict.fromkeys(
             ("requests", "queued_s", "prepare_s", "handover_s", "search_s", "prepare_busy_s", "search_busy_s"), 0.0
         )
-        self._threads = [
-            threading.Thread(target=self._stage_one, args=(stage_threads[0],), name="batcher-prepare", daemon=True),
-            threading.Thread(target=self._stage_two, args=(stage_threads[1],), name="batcher-search", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._stage_one, name="batcher-prepare", daemon=True)]
+        if overlap:
+            self._threads.append(threading.Thread(target=self._stage_two, name="batcher-search", daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -95,53 +106,78 @@ class MicroBatcher:
 
     # --- stage one: prepare what waits, at once -------------------------------------------------------------
 
-    def _stage_one(self, threads: Callable[[bool], None] | None) -> None:
+    def _stage_one(self) -> None:
+        threads = self._stage_threads[0]
         while True:
             self._preparing = False
             first = self._jobs.get()  # blocks only while idle
             self._preparing = True
-            closing = first is None
-            batch, size = [], 0
-            if not closing:
-                batch, size = [first], len(first.queries)
-            while not closing and size < self.max_batch:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    closing = True
-                    break
-                batch.append(job)
-                size += len(job.queries)
-            batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+            batch, closing = self._take([first] if first is not None else [], closing=first is None)
             if batch:
                 if threads is not None:
                     # An idle search stage stays idle until this batch is handed over: the encoder may take every core.
                     threads(self._searching)
-                self._prepare(batch)
+                parts = self._prepare(batch)
+                if self.overlap:
+                    for part in parts:
+                        self._hand_over(part)
+                elif parts:
+                    closing = self._search_serial(parts) or closing
             if closing:
-                self._hand_over(None)
+                if self.overlap:
+                    self._hand_over(None)
                 return
 
-    def _prepare(self, batch: list[_Job]) -> None:
+    def _take(self, batch: list[_Job], closing: bool = False, room: int | None = None) -> tuple[list[_Job], bool]:
+        """`batch` and the requests waiting now, up to `room` (default `max_batch`) queries; whether `close`
+        was called."""
+        size, room = sum(len(job.queries) for job in batch), self.max_batch if room is None else room
+        while not closing and size < room:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                closing = True
+                break
+            batch.append(job)
+            size += len(job.queries)
+        return [job for job in batch if job.future.set_running_or_notify_cancel()], closing
+
+    def _prepare(self, batch: list[_Job]) -> list[_Prepared]:
+        """The batch prepared in one pass; if that fails, each request alone, so only a culprit fails."""
         start = time.perf_counter()
         try:
             prepared = self._stages.prepare([q for job in batch for q in job.queries])
         except Exception as exc:  # noqa: BLE001 - never kills the worker
             if len(batch) == 1:
                 batch[0].future.set_exception(exc)
-                return
-            # One bad request must not fail the others that happened to share its batch.
+                return []
             self.failed_batches += 1
-            for job in batch:
-                self._prepare([job])
-            return
+            return [part for job in batch for part in self._prepare([job])]
         end = time.perf_counter()
         self.timings["prepare_busy_s"] += end - start
         for job in batch:
             job.times[1:] = [start, end]
-        self._hand_over(_Prepared(batch, prepared))
+        return [_Prepared(batch, prepared)]
+
+    def _search_serial(self, parts: list[_Prepared]) -> bool:
+        """Search `parts` with every core, after preparing the requests that arrived meanwhile: they join this
+        search instead of waiting for the next, since a scan costs about the same for any small batch (a Flat
+        scan reads the whole index) while preparing costs by the query. Returns whether `close` was called."""
+        size, closing = sum(len(job.queries) for part in parts for job in part.jobs), False
+        while size < self.max_batch and not closing and not self._jobs.empty():
+            late, closing = self._take([], closing, room=self.max_batch - size)
+            if not late:
+                break
+            more = self._prepare(late)
+            parts += more
+            size += sum(len(job.queries) for part in more for job in part.jobs)
+        self.prepare_batches += len(parts)
+        if self._stage_threads[1] is not None:
+            self._stage_threads[1](False)
+        self._search(parts)
+        return closing
 
     def _hand_over(self, item: _Prepared | None) -> None:
         with self._cond:
@@ -152,7 +188,8 @@ class MicroBatcher:
 
     # --- stage two: search everything prepared since the last search as one batch ----------------------------
 
-    def _stage_two(self, threads: Callable[[bool], None] | None) -> None:
+    def _stage_two(self) -> None:
+        threads = self._stage_threads[1]
         while True:
             with self._cond:
                 self._searching = False

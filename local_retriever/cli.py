@@ -159,6 +159,9 @@ def serve(
     max_queries: int = typer.Option(512, help="queries per request"),
     max_query_chars: int = typer.Option(2048, help="longer queries are truncated"),
     max_batch: int = typer.Option(128, help="queries encoded together at most (one micro-batch)"),
+    overlap_stages: bool = typer.Option(
+        False, help="encode the next batch while this one is searched, splitting the cores (default: serial)"
+    ),
     max_body_bytes: int = typer.Option(4 * 1024 * 1024, help="request body size limit (413 beyond)"),
     header_timeout: float = typer.Option(10.0, help="seconds for request line and headers (408/closed beyond)"),
     body_timeout: float = typer.Option(30.0, help="seconds for the whole body after the headers (408 beyond)"),
@@ -178,6 +181,7 @@ def serve(
             max_queries=max_queries,
             max_query_chars=max_query_chars,
             max_batch=max_batch,
+            overlap_stages=overlap_stages,
             max_body_bytes=max_body_bytes,
             header_timeout_s=header_timeout,
             body_timeout_s=body_timeout,

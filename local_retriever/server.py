@@ -43,6 +43,11 @@ class ServerLimits(BaseModel):
     max_query_chars: int = Field(2048, ge=16, description="longer queries are truncated, not refused")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_batch: int = Field(128, ge=1, description="queries the micro-batcher's first stage prepares together")
+    overlap_stages: bool = Field(
+        False,
+        description="encode the next batch while this one is searched, each stage on a share of the cores (slower "
+        "than serial under load on 2 cores: see benchmarks/server_throughput.py)",
+    )
     header_timeout_s: float = Field(10.0, gt=0, description="request line and headers must arrive within this")
     body_timeout_s: float = Field(30.0, gt=0, description="the whole body must arrive within this after the headers")
     keep_alive_s: float = Field(5.0, gt=0, description="an idle keep-alive connection is closed after this")
@@ -168,7 +173,13 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
     """`threads`: CPU threads shared by the encoder and search stages (default: every core)."""
     limits = limits or ServerLimits()
     encoder_threads, search_threads = stage_threads(threads)
-    batcher = MicroBatcher(kb, limits.max_batch, finish=kb.rows, stage_threads=(encoder_threads, search_threads))
+    batcher = MicroBatcher(
+        kb,
+        limits.max_batch,
+        finish=kb.rows,
+        stage_threads=(encoder_threads, search_threads),
+        overlap=limits.overlap_stages,
+    )
     started = time.time()
     counters = {"retrieve_requests": 0, "queries": 0, "access_requests": 0, "errors_4xx": 0, "errors_5xx": 0}
 

@@ -1,4 +1,4 @@
-"""The two-stage micro-batcher on the real sample KB: no waiting when idle, overlap, answers as if alone."""
+"""The micro-batcher on the real sample KB, serial and overlapped: no waiting when idle, answers as if alone."""
 
 import asyncio
 import queue
@@ -46,10 +46,10 @@ class Recorded:
         return self.kb.search_prepared(prepared, topk)
 
 
-@pytest.fixture
-def recorded(hybrid_kb):
+@pytest.fixture(params=["serial", "overlap"])
+def recorded(request, hybrid_kb):
     stages = Recorded(hybrid_kb)
-    batcher = MicroBatcher(stages, max_batch=128)
+    batcher = MicroBatcher(stages, max_batch=128, overlap=request.param == "overlap")
     yield stages, batcher
     stages.prepare_open.set()
     stages.search_open.set()
@@ -70,6 +70,50 @@ def test_an_idle_batcher_starts_at_once_and_batches_what_queued_meanwhile(record
         assert fut.result(timeout=60) == [batcher_free_search(stages.kb, q, 3)]
 
 
+@pytest.mark.parametrize("recorded", ["serial"], indirect=True)
+def test_serial_stages_prepare_what_queued_during_a_search_as_one_batch(recorded):
+    stages, batcher = recorded
+    stages.search_open.clear()
+    a = batcher.submit(["capital of Angola"], 3)
+    assert stages.searched.get(timeout=60) == 1  # A is being searched, and held there
+    b = batcher.submit(["theory of relativity"], 3)
+    c = batcher.submit(["Atlantic Ocean", "Algorithm"], 5)
+    assert stages.prepared.get(timeout=60) == ["capital of Angola"]
+    time.sleep(0.5)
+    assert stages.prepared.empty()  # nothing is encoded while a search holds the cores
+    stages.search_open.set()
+    assert stages.prepared.get(timeout=60) == ["theory of relativity", "Atlantic Ocean", "Algorithm"]
+    assert stages.searched.get(timeout=60) == 3
+    assert a.result(timeout=60) == [batcher_free_search(stages.kb, "capital of Angola", 3)]
+    assert b.result(timeout=60) == [batcher_free_search(stages.kb, "theory of relativity", 3)]
+    assert c.result(timeout=60) == [
+        batcher_free_search(stages.kb, "Atlantic Ocean", 5),
+        batcher_free_search(stages.kb, "Algorithm", 5),
+    ]
+    assert batcher.batches == 2 and batcher.prepare_batches == 2
+
+
+@pytest.mark.parametrize("recorded", ["serial"], indirect=True)
+def test_requests_that_arrive_while_a_batch_is_encoded_join_its_search(recorded):
+    stages, batcher = recorded
+    stages.prepare_open.clear()
+    a = batcher.submit(["capital of Angola"], 3)
+    assert stages.prepared.get(timeout=60) == ["capital of Angola"]  # A is being encoded, and held there
+    b = batcher.submit(["theory of relativity"], 3)
+    c = batcher.submit(["Atlantic Ocean", "Algorithm"], 5)
+    stages.prepare_open.set()
+    assert stages.prepared.get(timeout=60) == ["theory of relativity", "Atlantic Ocean", "Algorithm"]
+    assert stages.searched.get(timeout=60) == 4  # one scan for A, B and C
+    assert a.result(timeout=60) == [batcher_free_search(stages.kb, "capital of Angola", 3)]
+    assert b.result(timeout=60) == [batcher_free_search(stages.kb, "theory of relativity", 3)]
+    assert c.result(timeout=60) == [
+        batcher_free_search(stages.kb, "Atlantic Ocean", 5),
+        batcher_free_search(stages.kb, "Algorithm", 5),
+    ]
+    assert batcher.batches == 1 and batcher.prepare_batches == 2
+
+
+@pytest.mark.parametrize("recorded", ["overlap"], indirect=True)
 def test_the_next_batch_is_encoded_while_this_one_is_searched(recorded):
     stages, batcher = recorded
     stages.search_open.clear()
@@ -133,10 +177,11 @@ def batcher_free_search(kb: KnowledgeBase, query: str, topk: int):
 # --- Through the HTTP server, every retriever: the same ids and scores as searching each query alone -------------
 
 
-@pytest.fixture(scope="module", params=["dense", "bm25", "hybrid"])
+@pytest.fixture(scope="module", params=["dense", "bm25", "hybrid", "dense-overlap"])
 def served(request, sample_kb):
-    kb = KnowledgeBase(sample_kb, request.param)
-    limits = ServerLimits()
+    retriever, _, mode = request.param.partition("-")
+    kb = KnowledgeBase(sample_kb, retriever)
+    limits = ServerLimits(overlap_stages=mode == "overlap")
     with serve_app(build_app(kb, limits), **uvicorn_options(limits)) as url:
         yield kb, url
     kb.close()
