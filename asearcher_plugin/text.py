@@ -8,7 +8,7 @@ def scrub(text: str) -> str:
 
     They cannot be encoded as UTF-8, so SQLite keys, JSON bodies and tokenizers all reject them. Applied where text
     enters: a model's turn (`agent.actions.parse_action`), a dataset's question and label (the agent), a tool call
-    (`tools.ToolBox`) and a search service's reply (`tools.web`), a judge call (`judge`).
+    and its reply (`tools.ToolBox`), a judge call (`judge`).
     """
     try:
         text.encode("utf-8")

@@ -177,14 +177,14 @@ def test_judge_reward_falls_back_to_f1_with_a_flag():
         config.reward.judge = JudgeConfig(base_url=url, retries=0)
         agent = AgentInstance(config, None)
         agent.question = "Who wrote Animal Farm?"
-        return agent, await agent.step({"action_text": "<answer>Orwell, George</answer>", "label": ["George Orwell"]})
+        return agent, await agent.turn("<answer>Orwell, George</answer>", label=["George Orwell"])
 
     with serve_app(judge_server(['{"verdict": "correct"}'])) as url:
         agent, result = asyncio.run(run(f"{url}/v1"))
-    assert result["rewards"].item() == 1.0 and result["extra_logs"]["score_judge"] == 1.0
-    assert result["extra_logs"]["judge_failed"] == 0.0
+    assert result.reward == 1.0 and result.extra_logs["score_judge"] == 1.0
+    assert result.extra_logs["judge_failed"] == 0.0
     agent, result = asyncio.run(run(f"http://127.0.0.1:{free_port()}/v1"))
-    assert result["extra_logs"]["judge_failed"] == 1.0 and result["rewards"].item() == pytest.approx(1.0)
+    assert result.extra_logs["judge_failed"] == 1.0 and result.reward == pytest.approx(1.0)
 
 
 def test_judge_verdicts_are_cached_on_disk(tmp_path):

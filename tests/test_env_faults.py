@@ -15,7 +15,7 @@ import threading
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,8 +183,8 @@ def test_unanswered_trajectories_log_every_score_key():
     config = AgentConfig(agent_type="search-r1", max_turns=1)
     agent = AgentInstance(config, None)
     before = set(agent.extra_logs())
-    result = asyncio.run(agent.step({"action_text": "no idea", "label": "x"}))
-    assert result["done"] and set(result["extra_logs"]) == before
+    result = asyncio.run(agent.turn("no idea", label="x"))
+    assert result.done and set(result.extra_logs) == before
     assert {"score_f1", "score_em", "score_asearcher_f1", "score_cover_em", "score_substring"} <= before
 
 
@@ -210,18 +210,18 @@ def test_malformed_urls_and_bad_redirects_become_feedback(web):
     async def run():
         box = make_toolbox(config.tools)
         agent = AgentInstance(config, box)
-        results = [await agent.step({"action_text": f"<access>{t}</access>", "label": "x"}) for t in targets]
-        page = await agent.step({"action_text": f"<access>{url}/page</access>", "label": "x"})
+        results = [await agent.turn(f"<access>{t}</access>", label="x") for t in targets]
+        page = await agent.turn(f"<access>{url}/page</access>", label="x")
         await box.aclose()
         return results, page
 
     results, page = asyncio.run(run())
     for i, (target, result) in enumerate(zip(targets, results), 1):
-        feedback = result["environment_feedback"]
-        assert REQUIRED <= set(result) and not result["done"]
+        feedback = result.feedback
+        assert REQUIRED <= set(result.openrlhf()) and not result.done
         assert "access refused" in feedback or "access failed" in feedback, (target, feedback)
-        assert result["extra_logs"]["tool_errors"] == i
-    assert "Luanda" in page["environment_feedback"]
+        assert result.extra_logs["tool_errors"] == i
+    assert "Luanda" in page.feedback
 
 
 def search_through(web, route: str) -> dict:
@@ -231,9 +231,7 @@ def search_through(web, route: str) -> dict:
 
     async def run():
         box = make_toolbox(config.tools)
-        result = await AgentInstance(config, box).step(
-            {"action_text": "<search>capital of Angola</search>", "label": "x"}
-        )
+        result = await AgentInstance(config, box).turn("<search>capital of Angola</search>", label="x")
         await box.aclose()
         return result
 
@@ -243,12 +241,12 @@ def search_through(web, route: str) -> dict:
 @pytest.mark.parametrize("route", ["search-html", "search-list"])
 def test_a_broken_serper_reply_becomes_feedback(web, route):
     result = search_through(web, route)
-    assert "search failed" in result["environment_feedback"] and result["extra_logs"]["tool_errors"] == 1
+    assert "search failed" in result.feedback and result.extra_logs["tool_errors"] == 1
 
 
 def test_odd_serper_rows_are_coerced(web):
     result = search_through(web, "search-odd")
-    assert result["extra_logs"]["tool_errors"] == 0 and "Doc 1(Title: 7)" in result["environment_feedback"]
+    assert result.extra_logs["tool_errors"] == 0 and "Doc 1(Title: 7)" in result.feedback
 
 
 def test_a_locked_cache_does_not_fail_the_tool(web, caplog):
@@ -262,8 +260,8 @@ def test_a_locked_cache_does_not_fail_the_tool(web, caplog):
         holder.execute("BEGIN EXCLUSIVE")
         try:
             agent = AgentInstance(config, box)
-            search = await agent.step({"action_text": "<search>capital of Angola</search>", "label": "x"})
-            page = await agent.step({"action_text": f"<access>{url}/page</access>", "label": "x"})
+            search = await agent.turn("<search>capital of Angola</search>", label="x")
+            page = await agent.turn(f"<access>{url}/page</access>", label="x")
         finally:
             holder.rollback()
             holder.close()
@@ -272,8 +270,8 @@ def test_a_locked_cache_does_not_fail_the_tool(web, caplog):
 
     with caplog.at_level(logging.WARNING):
         search, page = asyncio.run(run())
-    assert "Result 0 for capital of Angola" in search["environment_feedback"]
-    assert "Luanda" in page["environment_feedback"] and page["extra_logs"]["tool_errors"] == 0
+    assert "Result 0 for capital of Angola" in search.feedback
+    assert "Luanda" in page.feedback and page.extra_logs["tool_errors"] == 0
     assert "database is locked" in caplog.text
 
 
@@ -283,7 +281,7 @@ def test_lone_surrogates_in_queries_and_urls(web, kb_server):
     async def run(cfg, texts):
         box = make_toolbox(cfg.tools)
         agent = AgentInstance(cfg, box)
-        results = [await agent.step({"action_text": t, "label": "x\ud800"}) for t in texts]
+        results = [await agent.turn(t, label="x\ud800") for t in texts]
         # Straight to the tools too (evaluation and synthesis call them without the parser).
         direct = await box.search("capital \udcff of Angola", 3)
         await box.aclose()
@@ -291,14 +289,54 @@ def test_lone_surrogates_in_queries_and_urls(web, kb_server):
 
     texts = ["<search>x\ud800y</search>", f"<access>{url}/page?q=\udc80</access>", "<answer>a\ud800</answer>"]
     results, direct = asyncio.run(run(config, texts))
-    assert "Result 0 for x\ufffdy" in results[0]["environment_feedback"]
-    assert results[1]["extra_logs"]["tool_errors"] == 0 and results[2]["done"]
+    assert "Result 0 for x\ufffdy" in results[0].feedback
+    assert results[1].extra_logs["tool_errors"] == 0 and results[2].done
     assert direct and "\ufffd" in direct[0]["title"]
 
     local = AgentConfig(agent_type="asearcher", max_turns=100)
     local.tools.local.urls = [kb_server]
     results, direct = asyncio.run(run(local, texts))
-    assert "<information>Doc 1" in results[0]["environment_feedback"] and direct
+    assert "<information>Doc 1" in results[0].feedback and direct
+
+
+def surrogate_kb():
+    """A Search-R1-format KB whose rows carry lone surrogates as JSON escapes, as any server's JSON may."""
+    app = FastAPI()
+    doc = b'{"id": "1", "title": "Lu\\ud800anda", "contents": "\\"Lu\\ud800anda\\"\\nCapital of \\udfffAngola."}'
+
+    @app.post("/retrieve")
+    async def retrieve():
+        return Response(b'{"result": [[{"document": ' + doc + b', "score": 1.0}]]}', media_type="application/json")
+
+    @app.post("/access")
+    async def access():
+        return Response(b'{"result": [{"contents": "page \\ud800 text"}]}', media_type="application/json")
+
+    return app
+
+
+@pytest.mark.parametrize("observation_format", ["native", "asearcher"])
+def test_lone_surrogates_in_kb_replies_never_reach_the_feedback(observation_format):
+    config = AgentConfig(agent_type="asearcher", max_turns=100)
+    config.tools.observation_format = observation_format
+
+    async def run():
+        box = make_toolbox(config.tools)
+        agent = AgentInstance(config, box)
+        results = [await agent.turn(t, label="x") for t in ("<search>Angola</search>", "<access>Luanda</access>")]
+        direct = await box.search("Angola", 1), await box.access("Luanda")
+        await box.aclose()
+        return results, direct
+
+    with serve_app(surrogate_kb()) as url:
+        config.tools.local.urls = [url]
+        results, (docs, page) = asyncio.run(run())
+    for result in results:
+        assert result.extra_logs["tool_errors"] == 0
+        result.feedback.encode("utf-8")  # the tokenizer's input: no lone surrogate left
+        result.short.encode("utf-8")
+    assert "Lu\ufffdanda" in results[0].feedback
+    assert docs[0]["title"] == "Lu\ufffdanda" and page == "page \ufffd text"  # evaluation and synthesis too
 
 
 def test_unexpected_tool_exceptions_are_counted_and_logged(caplog):
@@ -314,10 +352,10 @@ def test_unexpected_tool_exceptions_are_counted_and_logged(caplog):
 
     agent = AgentInstance(AgentConfig(agent_type="asearcher"), Broken())
     with caplog.at_level(logging.WARNING):
-        s = asyncio.run(agent.step({"action_text": "<search>q</search>", "label": "x"}))
-        a = asyncio.run(agent.step({"action_text": "<access>u</access>", "label": "x"}))
-    assert "search failed" in s["environment_feedback"] and "access failed" in a["environment_feedback"]
-    assert a["extra_logs"]["tool_errors"] == 2
+        s = asyncio.run(agent.turn("<search>q</search>", label="x"))
+        a = asyncio.run(agent.turn("<access>u</access>", label="x"))
+    assert "search failed" in s.feedback and "access failed" in a.feedback
+    assert a.extra_logs["tool_errors"] == 2
     assert "KeyError" in caplog.text and "RuntimeError" in caplog.text
 
 
@@ -363,12 +401,12 @@ def check_step_never_raises(config, urls):
     def check(text):
         agent = AgentInstance(config, box)
         agent.question = "Who wrote Animal \ud800 Farm?"
-        result = loop.run_until_complete(agent.step({"action_text": text, "label": label}))
-        assert REQUIRED <= set(result)
-        assert isinstance(result["environment_feedback"], str) and isinstance(result["done"], bool)
-        result["environment_feedback"].encode("utf-8")  # tokenizable: no lone surrogates left
-        assert len(result["environment_feedback"]) < 60_000
-        logs = result["extra_logs"]
+        result = loop.run_until_complete(agent.turn(text, label=label))
+        assert REQUIRED <= set(result.openrlhf())
+        assert isinstance(result.feedback, str) and isinstance(result.done, bool)
+        result.feedback.encode("utf-8")  # tokenizable: no lone surrogates left
+        assert len(result.feedback) < 60_000
+        logs = result.extra_logs
         assert logs["invalid_actions"] + logs["searches"] + logs["accesses"] + logs["answered"] == 1
 
     try:

@@ -63,11 +63,11 @@ def search_logs(url: str) -> dict:
         cfg = config(url)
         box = make_toolbox(cfg.tools)
         try:
-            return await AgentInstance(cfg, box).step({"action_text": "<search>Angola</search>", "label": "x"})
+            return await AgentInstance(cfg, box).turn("<search>Angola</search>", label="x")
         finally:
             await box.aclose()
 
-    return asyncio.run(run())["extra_logs"]
+    return asyncio.run(run()).extra_logs
 
 
 @pytest.mark.parametrize(
@@ -136,9 +136,9 @@ def test_serper_and_jina_answering_429_or_503_are_the_infrastructures(tool, stat
     async def run():
         box = make_toolbox(cfg.tools)
         try:
-            return await AgentInstance(cfg, box).step({"action_text": action, "label": "x"})
+            return await AgentInstance(cfg, box).turn(action, label="x")
         finally:
             await box.aclose()
 
-    logs = asyncio.run(run())["extra_logs"]
+    logs = asyncio.run(run()).extra_logs
     assert logs["tool_errors"] == 1.0 and logs["tool_errors_infra"] == 1.0, logs

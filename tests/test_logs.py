@@ -79,7 +79,7 @@ def test_repeated_tool_errors_give_one_warning(agent_type, caplog):
     agent = AgentInstance(AgentConfig(agent_type=agent_type, max_turns=10), down_box(error_type))
 
     async def three_searches():
-        return [await agent.step({"action_text": f"<search>q{i}</search>", "label": "x"}) for i in range(3)]
+        return [await agent.turn(f"<search>q{i}</search>", label="x") for i in range(3)]
 
     with caplog.at_level(logging.WARNING, logger="asearcher_plugin.agent.instance"):
         results = asyncio.run(three_searches())
@@ -88,7 +88,7 @@ def test_repeated_tool_errors_give_one_warning(agent_type, caplog):
     ]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert f"search failed: {error_type.__name__}: connection refused" in warnings[0].getMessage()
-    assert results[-1]["extra_logs"]["tool_errors"] == 3
+    assert results[-1].extra_logs["tool_errors"] == 3
 
 
 def invoke(*args):

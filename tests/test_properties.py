@@ -173,23 +173,23 @@ def test_step_never_raises_and_a_good_step_alongside_is_unaffected(server, loop)
     good_text = "<think>look it up</think><search>capital of Angola</search>"
 
     async def good_step():
-        return await AgentInstance(config, box).step({"action_text": good_text, "label": '["Luanda"]'})
+        return await AgentInstance(config, box).turn(good_text, label='["Luanda"]')
 
     alone = loop.run_until_complete(good_step())
-    assert "<information>" in alone["environment_feedback"]
+    assert "<information>" in alone.feedback
 
     async def both(text):
         agent = AgentInstance(config, box)
         agent.question = "Who wrote Animal \ud800 Farm?"
-        return await asyncio.gather(agent.step({"action_text": text, "label": "x\ud800"}), good_step())
+        return await asyncio.gather(agent.turn(text, label="x\ud800"), good_step())
 
     @SETTINGS
     @given(model_text)
     def check(text):
         result, good = loop.run_until_complete(both(text))
-        assert isinstance(result["done"], bool) and isinstance(result["environment_feedback"], str)
-        result["environment_feedback"].encode("utf-8")
-        assert good["environment_feedback"] == alone["environment_feedback"] and not good["done"]
+        assert isinstance(result.done, bool) and isinstance(result.feedback, str)
+        result.feedback.encode("utf-8")
+        assert good.feedback == alone.feedback and not good.done
 
     try:
         check()

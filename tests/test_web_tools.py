@@ -327,9 +327,9 @@ def test_model_written_urls_and_queries_become_feedback_in_step(web):
         box = WebToolBox(cfg)
         agent = AgentInstance(config, box)
         turns = [f"<access>{t}</access>" for t in BAD_URLS + [f"{url}/{r}" for r in BAD_REDIRECTS]]
-        failed = [await agent.step({"action_text": t, "label": "x"}) for t in turns]
+        failed = [await agent.turn(t, label="x") for t in turns]
         ok = [
-            await agent.step({"action_text": t, "label": "x"})
+            await agent.turn(t, label="x")
             for t in (
                 "<search>x\ud800y</search>",
                 "<search>x\udfffy</search>",
@@ -342,12 +342,12 @@ def test_model_written_urls_and_queries_become_feedback_in_step(web):
 
     failed, ok, direct = asyncio.run(run())
     for i, result in enumerate(failed, 1):
-        assert not result["done"] and result["extra_logs"]["tool_errors"] == i
-        assert "access failed: access refused: " in result["environment_feedback"], result["environment_feedback"]
-    assert "Result 0 for x\ufffdy" in ok[0]["environment_feedback"]
-    assert "Result 0 for x\ufffdy" in ok[1]["environment_feedback"]
+        assert not result.done and result.extra_logs["tool_errors"] == i
+        assert "access failed: access refused: " in result.feedback, result.feedback
+    assert "Result 0 for x\ufffdy" in ok[0].feedback
+    assert "Result 0 for x\ufffdy" in ok[1].feedback
     assert app.state.hits["search"] == 2  # the second x\ufffdy came from the cache; the other is the direct call
-    assert "Luanda" in ok[2]["environment_feedback"] and ok[2]["extra_logs"]["tool_errors"] == len(failed)
+    assert "Luanda" in ok[2].feedback and ok[2].extra_logs["tool_errors"] == len(failed)
     assert direct and "\ufffd" in direct[0]["title"]
 
 

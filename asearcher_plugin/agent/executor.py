@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - exercised on installs without the [tra
     from asearcher_plugin.agent.bases import AgentExecutorBase
 
 from asearcher_plugin.agent.actions import STOP_STRINGS, scrub
-from asearcher_plugin.agent.instance import AgentInstance
+from asearcher_plugin.agent.instance import AgentInstance, StepResult
 from asearcher_plugin.agent.prompts import chat_feedback, chat_prompt, reasoning_prompt
 from asearcher_plugin.agent.sequences import CallRecords
 from asearcher_plugin.agent.transcript import Transcript
@@ -171,13 +171,12 @@ class AgentExecutor(AgentExecutorBase):
                     await on_turn(TurnEvent(agent.turns + 1, out.text, "none", finish_reason=out.finish_reason))
                 break
             ended = ended_at_eos(out, eos_id, params.stop)
-            step = {"action_text": out.text, "label": label, "sampling_params": params, "ended": ended}
             stepped = time.time()
-            result = await agent.step(step)
-            done, reward = result["done"], float(result["rewards"].item())
+            result = await agent.turn(out.text, ended, label)
+            done, reward = result.done, result.reward
             if on_turn is not None:
                 await on_turn(turn_event(agent, out, result, stepped - call_starts[-1], time.time() - stepped))
-            if result["environment_feedback"] and not done:
+            if result.feedback:
                 self._add_feedback(transcript, result, hf_tokenizer, max_length)
         if not done:
             reward = await agent.final_reward(label)  # no answer: scores 0, but the metrics are still logged
@@ -209,13 +208,14 @@ class AgentExecutor(AgentExecutorBase):
         tokens = tokens[-max(1, max_length - min(cap, max_length // 2)) :]
         return Transcript.start(observation, tokens, want_logprobs(sampling_params))
 
-    def _add_feedback(self, transcript: Transcript, result: dict, hf_tokenizer, max_length: int) -> None:
-        feedback = result["environment_feedback"]
-        if self.config.feedback_style == "chat":
-            feedback = chat_feedback(hf_tokenizer, feedback.strip())
+    def _add_feedback(self, transcript: Transcript, result: StepResult, hf_tokenizer, max_length: int) -> None:
+        def wrap(text: str) -> str:
+            return chat_feedback(hf_tokenizer, text.strip()) if self.config.feedback_style == "chat" else text
+
+        feedback = wrap(result.feedback)
         ids = hf_tokenizer(text=feedback, add_special_tokens=False)["input_ids"][: max_length - len(transcript.tokens)]
-        short = result.get("feedback_short", feedback)
-        if self.stub_blocks and short != feedback:
+        if self.stub_blocks and result.short != result.feedback:
+            short = wrap(result.short)
             short_ids = hf_tokenizer(text=short, add_special_tokens=False)["input_ids"][: len(ids)]
             transcript.add_feedback(ids, feedback, short_ids, short)
         else:
@@ -248,18 +248,17 @@ class AgentExecutor(AgentExecutorBase):
             agent.generated_tokens += len(out.token_ids)
             agent.generated_chars += len(out.text)
             stepped = time.time()
-            result = await agent.step({"action_text": out.text, "label": label})
-            done = result["done"]
+            result = await agent.turn(out.text, label=label)
+            done = result.done
             if on_turn is not None:
                 await on_turn(turn_event(agent, out, result, stepped - started, time.time() - stepped))
             history += fresh_short + out.text
-            fresh = result["environment_feedback"] or ""
-            fresh_short = result.get("feedback_short", fresh) or ""
+            fresh, fresh_short = result.feedback, result.short
         stats = {**agent.counters(), "llm_calls": float(calls), "tokens_processed": float(tokens_used)}
         return Trajectory(
             prompt=prompt,
             label=label,
-            reward=float(result["rewards"].item()),
+            reward=result.reward,
             scores=agent.metric_scores(),
             stats=stats,
             answer=agent.answer,
@@ -268,7 +267,9 @@ class AgentExecutor(AgentExecutorBase):
         )
 
 
-def turn_event(agent: AgentInstance, out, result: dict, generate_seconds: float, step_seconds: float) -> TurnEvent:
+def turn_event(
+    agent: AgentInstance, out, result: StepResult, generate_seconds: float, step_seconds: float
+) -> TurnEvent:
     action = agent.last_action
     return TurnEvent(
         turn=agent.turns,
@@ -276,8 +277,8 @@ def turn_event(agent: AgentInstance, out, result: dict, generate_seconds: float,
         action=action.kind if action else "none",
         argument=action.argument if action else "",
         error=action.error if action else "",
-        feedback=result["environment_feedback"],
-        done=bool(result["done"]),
+        feedback=result.feedback,
+        done=result.done,
         finish_reason=out.finish_reason,
         generate_seconds=round(generate_seconds, 4),
         step_seconds=round(step_seconds, 4),

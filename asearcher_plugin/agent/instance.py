@@ -1,6 +1,6 @@
 """One trajectory's state: `AgentInstance` parses each model turn, runs its tool call, keeps the counters and scores
-the answer. OpenRLHF's `AgentInstanceBase` contract (`reset`, `step` returning its dict); the executor
-(executor.py) drives it.
+the answer. `turn` returns a typed `StepResult`, which the executor (executor.py) reads; `step` is OpenRLHF's
+`AgentInstanceBase` contract (its dict of tensors) around it.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from dataclasses import dataclass
 
 try:  # the base classes OpenRLHF checks for; stand-ins when OpenRLHF is not installed (eval, synthesis)
     from openrlhf.utils.agent import AgentInstanceBase
@@ -43,10 +44,30 @@ def _throttle_key(kind: str, exc: BaseException) -> dict:
     return {"throttle_key": (kind, type(exc).__name__)}
 
 
-def _tensor(value: float):
-    import torch
+@dataclass(frozen=True)
+class StepResult:
+    """What one turn gives back. `feedback` is the text the next call sees; `short` is what later calls see in its
+    place (the same text, except for ASearcher-format page chunks); both are empty once `done`. `reward` is the
+    final reward on the last turn, 0 before."""
 
-    return torch.tensor(float(value))
+    feedback: str
+    short: str
+    done: bool
+    reward: float
+    extra_logs: dict[str, float]
+
+    def openrlhf(self) -> dict:
+        """OpenRLHF's step dict (`AgentInstanceBase.step`): rewards and scores as tensors."""
+        import torch
+
+        return {
+            "rewards": torch.tensor(self.reward),
+            "scores": torch.tensor(self.reward),
+            "environment_feedback": self.feedback,
+            "feedback_short": self.short,
+            "done": self.done,
+            "extra_logs": self.extra_logs,
+        }
 
 
 class AgentInstance(AgentInstanceBase):
@@ -91,20 +112,22 @@ class AgentInstance(AgentInstanceBase):
         return list(asearcher_format.SUMMARY_STOP if self.summarising else STOP_STRINGS)
 
     async def step(self, states: dict, **kwargs) -> dict:
-        """One turn. `states["ended"]` says the model's turn ended with EOS: without an action it ends the trajectory.
+        """OpenRLHF's contract: `states` holds `action_text`, `label` and `ended`; the answer is its dict."""
+        result = await self.turn(states.get("action_text") or "", bool(states.get("ended")), states.get("label"))
+        return result.openrlhf()
 
-        The result's `environment_feedback` is what the next call sees; `feedback_short` is what later
-        calls see in its place (the same text, except for ASearcher-format page chunks).
-        """
+    async def turn(self, action_text: str, ended: bool = False, label=None) -> StepResult:
+        """One turn of the model. `ended` says the turn ended with EOS: without an action it ends the trajectory.
+        `label` (the gold answers) is scored once the trajectory is done."""
         if self.asearcher_format:
-            return await self._step_asearcher(states)
+            return await self._turn_asearcher(action_text, ended, label)
         self.turns += 1
-        action = self.last_action = parse_action(states.get("action_text") or "", self.allowed)
+        action = self.last_action = parse_action(action_text, self.allowed)
         feedback, done = "", False
         if action.kind == "invalid":
             self.invalid += 1
             feedback = invalid_feedback(action.error)
-            if states.get("ended"):
+            if ended:
                 self.ended_without_action = done = True
         elif action.kind == "answer":
             self.answer, done = action.argument, True
@@ -112,30 +135,24 @@ class AgentInstance(AgentInstanceBase):
             feedback = await self._run_tool(action.kind, action.argument)
         if not done and self.turns >= self.config.max_turns:
             done = True
-        return await self._result(states, feedback, feedback, done)
+        return await self._result(label, feedback, feedback, done)
 
-    async def _result(self, states: dict, feedback: str, short: str, done: bool) -> dict:
-        reward = await self.final_reward(states.get("label")) if done else 0.0
-        return {
-            "rewards": _tensor(reward),
-            "scores": _tensor(reward),
-            "environment_feedback": "" if done else scrub(feedback),
-            "feedback_short": "" if done else scrub(short),
-            "done": done,
-            "extra_logs": self.extra_logs(),
-        }
+    async def _result(self, label, feedback: str, short: str, done: bool) -> StepResult:
+        if done:
+            return StepResult("", "", True, float(await self.final_reward(label)), self.extra_logs())
+        return StepResult(feedback, short, False, 0.0, self.extra_logs())
 
-    async def _step_asearcher(self, states: dict) -> dict:
+    async def _turn_asearcher(self, action_text: str, ended: bool, label) -> StepResult:
         """ASearcher's loop: a turn without an action gets no text back (the next call continues the transcript),
         and a summary turn without one is what a summary turn should be."""
         summary_turn, self.summarising = self.summarising, False
         self.turns += 1
-        action = self.last_action = parse_action(states.get("action_text") or "", self.allowed)
+        action = self.last_action = parse_action(action_text, self.allowed)
         done = False
         if action.kind == "invalid":
             if not summary_turn:
                 self.invalid += 1
-            if states.get("ended"):
+            if ended:
                 self.ended_without_action = done = True
         elif action.kind == "answer":
             self.answer, done = action.argument, True
@@ -150,7 +167,7 @@ class AgentInstance(AgentInstanceBase):
             block = self.blocks.popleft()
             feedback, short = asearcher_format.injected(block.text), asearcher_format.injected(block.short)
             self.summarising = True
-        return await self._result(states, feedback, short, done)
+        return await self._result(label, feedback, short, done)
 
     async def _run_tool_asearcher(self, kind: str, argument: str) -> list:
         async def run() -> list:
@@ -185,7 +202,8 @@ class AgentInstance(AgentInstanceBase):
             self.tool_errors += 1
             self.tool_errors_infra += not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
             log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
-            return failed(f"{kind} failed: {exc or type(exc).__name__}")
+            # the message may quote a service's JSON reply: text from outside, scrubbed like the tools' results
+            return failed(scrub(f"{kind} failed: {exc or type(exc).__name__}"))
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
             log.warning(

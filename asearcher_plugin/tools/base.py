@@ -19,16 +19,19 @@ class ToolUnavailable(ToolError):
 
 class ToolBox(ABC):
     """A backend implements `_search` and `_access`; callers (the agent, evaluation, synthesis) call `search` and
-    `access`, where a query or URL enters the tools and is scrubbed once for every backend, its cache and its
-    services' JSON bodies."""
+    `access`, the one boundary where text crosses in both directions and is scrubbed: a query or URL on its way to
+    every backend, its cache and its services' JSON bodies; documents and pages on their way back (JSON may escape
+    a lone surrogate, and this text becomes feedback a tokenizer must take)."""
 
     async def search(self, query: str, topk: int) -> list[dict]:
         """Documents with `title`, `url` and `text`, best first."""
-        return await self._search(scrub(query), topk)
+        docs = await self._search(scrub(query), topk)
+        return [{k: scrub(v) if isinstance(v, str) else v for k, v in doc.items()} for doc in docs]
 
     async def access(self, url: str) -> str | None:
         """The page's text, or None when there is no such page."""
-        return await self._access(scrub(url))
+        page = await self._access(scrub(url))
+        return None if page is None else scrub(page)
 
     @abstractmethod
     async def _search(self, query: str, topk: int) -> list[dict]: ...

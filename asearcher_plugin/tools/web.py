@@ -241,7 +241,8 @@ def serper_docs(resp: httpx.Response, topk: int) -> list[dict]:
 
 
 def _field(row: dict, name: str) -> str:
-    # JSON may escape a lone surrogate (\ud800), and these strings become feedback text the tokenizer must take
+    # JSON may escape a lone surrogate (\ud800): scrubbed here, before the disk cache (orjson refuses them), not
+    # only where the documents leave the toolbox
     value = row.get(name)
     return "" if value is None else scrub(value if isinstance(value, str) else str(value))
 
