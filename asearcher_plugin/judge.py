@@ -208,17 +208,20 @@ COOLDOWN_S = 10.0
 
 class Judge:
     """One judge as a rollout process uses it: a client over `cfg.base_urls` whose URL pool remembers cooldowns
-    across verdicts, and the verdict cache; both live as long as the judge and `aclose()` ends them. The agent
-    executor keeps one per event loop (HTTP clients are loop-bound)."""
+    across verdicts, and the verdict cache (`cfg.cache_dir`); both live as long as the judge and `aclose()` ends
+    them. The agent executor keeps one per event loop (HTTP clients are loop-bound). `client`: an endpoint
+    client to send with instead (anything with `MultiURLClient.post_json`, e.g. data_synth's token-counting one),
+    which stays its owner's."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, client=None):
         self.cfg = cfg
         self.pool = URLPool(cfg.base_urls, COOLDOWN_S)
-        self._client = None
+        self._client, self._owned = client, client is None
         cache_dir = getattr(cfg, "cache_dir", None)
         self.cache = DiskCache(os.path.join(cache_dir, "judge.sqlite"), ttl=float("inf")) if cache_dir else None
 
     async def verdict(self, question: str, prediction: str, golds: list[str]) -> Verdict:
+        """The verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts."""
         if self._client is None:
             self._client = self.cfg.client("judge", pool=self.pool)
         return await judge_verdict(question, prediction, golds, self.cfg, self._client, cache=self.cache)
@@ -228,7 +231,7 @@ class Judge:
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
-        if client is not None:
+        if client is not None and self._owned:
             await client.aclose()
 
 
@@ -238,16 +241,13 @@ async def judge_verdict(
     """The judge's verdict and rationale; raises JudgeUnavailable after `cfg.retries` failed attempts.
 
     `client`: an `httpx.AsyncClient` to send with, or an endpoint client (anything with
-    `MultiURLClient.post_json`, e.g. `Judge`'s or data_synth's token-counting one); by default a client over
-    `cfg.base_urls` for this verdict alone (a `Judge` keeps one, and its cooldowns, across verdicts). `cache`: the
-    verdict cache (`Judge.cache`); by default `cfg.cache_dir`'s, opened for this verdict.
+    `MultiURLClient.post_json`); by default a client over `cfg.base_urls` for this verdict alone. `cache`: the
+    verdict cache, or None for none. A `Judge` keeps both, and its cooldowns, across verdicts: use it.
     """
     # Lone surrogates (model output, dataset text) can be neither a cache key nor a JSON body.
     question, prediction, golds = scrub(question), scrub(prediction), [scrub(str(g)) for g in golds]
     s = settings(cfg)
     prompt = render(question, prediction, golds, s)
-    if cache is None and getattr(cfg, "cache_dir", None):
-        cache = DiskCache(os.path.join(cfg.cache_dir, "judge.sqlite"), ttl=float("inf"))
     # The rendered prompt stands for format, template, truncation, question, prediction and golds.
     key = orjson.dumps([cfg.model, s.format, prompt, s.temperature, s.top_p, s.max_tokens]).decode()
     if cache is not None:
@@ -263,9 +263,14 @@ async def judge_verdict(
     return verdict
 
 
-async def judge(question: str, prediction: str, golds: list[str], cfg, client=None) -> bool:
-    """True/False from the judge; raises JudgeUnavailable after `cfg.retries` failed attempts."""
-    return (await judge_verdict(question, prediction, golds, cfg, client)).correct
+async def judge(question: str, prediction: str, golds: list[str], cfg) -> bool:
+    """One verdict from a `Judge` made for it (its client and cache opened and closed here): for one-off calls;
+    whatever judges many answers keeps a `Judge`."""
+    one = Judge(cfg)
+    try:
+        return await one(question, prediction, golds)
+    finally:
+        await one.aclose()
 
 
 def _reader(fmt: str):

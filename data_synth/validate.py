@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from asearcher_plugin.config import JudgeConfig
-from asearcher_plugin.judge import JudgeUnavailable, judge
+from asearcher_plugin.judge import Judge, JudgeUnavailable
 from asearcher_plugin.reward import normalize_answer
 
 from . import prompts
@@ -61,8 +61,8 @@ async def _grade(judge_chat: ChatClient, qa: QA, prediction: str) -> bool:
     if normalize_answer(prediction) in {normalize_answer(g) for g in qa.golds()}:
         return True
     try:
-        return await judge(
-            qa.question, prediction, qa.golds(), grading_config(judge_chat), judge_chat.endpoint("grade")
+        return await Judge(grading_config(judge_chat), judge_chat.endpoint("grade"))(
+            qa.question, prediction, qa.golds()
         )
     except JudgeUnavailable as exc:
         if exc.no_verdict:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from asearcher_plugin.config import AgentConfig, ConfigError, JudgeConfig, load_config
 from asearcher_plugin.judge import (
     JUDGE_PROMPT,
+    Judge,
     JudgeUnavailable,
     TemplateError,
     check_template,
@@ -163,12 +164,19 @@ def test_a_reply_of_another_shape_is_retried():
     assert ask(app, "Luanda", verdict_format="asearcher", retries=2).correct is True and len(calls) == 3
 
 
+async def verdict_of(judge: Judge):
+    try:
+        return await judge.verdict("Capital of Angola?", "Luanda", ["Luanda"])
+    finally:
+        await judge.aclose()
+
+
 def test_verdicts_and_rationales_are_cached_per_format(tmp_path):
     app = chat_server(['{"rationale": "same", "judgement": "Correct", "verdict": "incorrect", "reason": "other"}'])
     with serve_app(app) as url:
         for fmt in ("asearcher", "asearcher", "verdict"):
             cfg = JudgeConfig(base_url=f"{url}/v1", cache_dir=str(tmp_path), verdict_format=fmt)
-            verdict = asyncio.run(judge_verdict("Capital of Angola?", "Luanda", ["Luanda"], cfg))
+            verdict = asyncio.run(verdict_of(Judge(cfg)))
             assert (verdict.correct, verdict.rationale) == ((True, "same") if fmt == "asearcher" else (False, "other"))
     assert len(app.state.bodies) == 2  # the second asearcher call was a cache hit; the format is part of the key
 
@@ -231,15 +239,15 @@ def test_environment_reward_with_the_asearcher_judge():
         config.reward.judge = JudgeConfig(base_url=url, retries=0, verdict_format="asearcher")
         agent = AgentInstance(config, None)
         agent.question = "Who wrote Animal Farm?"
-        return await agent.step({"action_text": "<answer>Orwell</answer>", "label": ["George Orwell"]})
+        return await agent.turn("<answer>Orwell</answer>", label=["George Orwell"])
 
     with serve_app(chat_server([FENCED.format(why="Same person.", verdict="Correct")])) as url:
         result = asyncio.run(run(f"{url}/v1"))
     # F1 alone would give 2/3 ({orwell} vs {george, orwell}); the judge's verdict is the reward
-    assert result["rewards"].item() == 1.0 and result["extra_logs"]["judge_failed"] == 0.0
+    assert result.reward == 1.0 and result.extra_logs["judge_failed"] == 0.0
     with serve_app(chat_server(["not json"])) as url:
         result = asyncio.run(run(f"{url}/v1"))
-    assert result["extra_logs"]["judge_failed"] == 1.0 and result["rewards"].item() == pytest.approx(2 / 3)
+    assert result.extra_logs["judge_failed"] == 1.0 and result.reward == pytest.approx(2 / 3)
 
 
 @settings_h(max_examples=300, deadline=None)
