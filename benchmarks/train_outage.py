@@ -32,9 +32,35 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def command(work: Path, model: Path, prompts: Path, kb_url: str, *extra: str) -> list[str]:
+    """The training run of this scenario (also started by the outage tests in tests/test_openrlhf_train_cpu.py):
+    the scripted workload against `kb_url`, whose client gives up after one retry, so trajectories in flight
+    during an outage meet ToolUnavailable. `extra`: more `--set` values."""
+    from asearcher_plugin.openrlhf.cpu import scripted
+
+    sets = [
+        f"openrlhf.actor.model_name_or_path={model}",
+        f"openrlhf.data.prompt_dataset={prompts}",
+        f"openrlhf.train.agent_func_path={scripted.__file__}",
+        f"agent.tools.local.urls=[{kb_url}]",
+        "agent.tools.local.retries=1",
+        "agent.tools.local.timeout=5",
+        "agent.tools.topk=1",
+        "agent.tools.max_doc_chars=50",
+        "agent.max_turns=8",
+        "openrlhf.data.max_len=8000",
+        f"openrlhf.ckpt.path={work / 'ckpt'}",
+        f"openrlhf.ckpt.output_dir={work / 'final'}",
+        f"scheduler.trace={work / 'trace.jsonl'}",
+        f"cpu_harness.workload={json.dumps(WORKLOAD)}",
+        *extra,
+    ]
+    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
+    return [*cmd, *[x for s in sets for x in ("--set", s)]]
+
+
 def run(kb: Path, work: Path, prompts: int, outage_s: float) -> tuple[list, dict]:
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
-    from asearcher_plugin.openrlhf.cpu import scripted
     from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy
 
@@ -47,29 +73,12 @@ def run(kb: Path, work: Path, prompts: int, outage_s: float) -> tuple[list, dict
         subprocess.run(["rm", "-rf", str(work / name)], check=True)
     port = _port()
     url = f"http://127.0.0.1:{port}"
-    sets = [
-        f"openrlhf.actor.model_name_or_path={model}",
-        f"openrlhf.data.prompt_dataset={data}",
-        f"openrlhf.train.agent_func_path={scripted.__file__}",
-        f"agent.tools.local.urls=[{url}]",
-        "agent.tools.local.retries=1",
-        "agent.tools.local.timeout=5",
-        "agent.tools.topk=1",
-        "agent.tools.max_doc_chars=50",
-        "agent.max_turns=8",
-        "openrlhf.data.max_len=8000",
-        f"openrlhf.ckpt.path={work / 'ckpt'}",
-        f"openrlhf.ckpt.output_dir={work / 'final'}",
-        f"scheduler.trace={work / 'trace.jsonl'}",
-        f"cpu_harness.workload={json.dumps(WORKLOAD)}",
-    ]
-    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
     env = os.environ
     server = start_server(kb, port, "bm25")
     wait_healthy(url, server)
     with open(work / "train.log", "w") as log:
         proc = subprocess.Popen(
-            [*cmd, *[x for s in sets for x in ("--set", s)]], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work
+            command(work, model, data, url), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work
         )
         try:
             while not any(r["groups"] for r in _jsonl(work / "trace.jsonl")):

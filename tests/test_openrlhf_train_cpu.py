@@ -460,9 +460,9 @@ def test_the_policy_learns_what_the_engines_generate(tmp_path, tiny_model, kb_se
 
 
 # A KB outage in the middle of a run (the scripted workload: 1-8 turns a trajectory, every turn but the last a real
-# search, each turn 1 s): the server is killed once the first batch is handed out and started again on the same
-# port 12 s later. The local client gives up after one retry, so trajectories in flight meet ToolUnavailable.
-OUTAGE_WORKLOAD = {"max_turns": 8, "turns_scale": 2.0, "pareto_alpha": 1.0, "tokens_per_turn": 4, "turn_seconds": 1.0}
+# search, each turn 1 s; the run of benchmarks/train_outage.py): the server is killed once the first batch is handed
+# out and started again on the same port 12 s later. The local client gives up after one retry, so trajectories in
+# flight meet ToolUnavailable.
 OUTAGE_S = 12
 
 
@@ -475,37 +475,12 @@ def loopback_port() -> int:
 
 
 def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -> subprocess.Popen:
-    from asearcher_plugin.openrlhf.cpu import scripted
+    from benchmarks.train_outage import command
 
-    sets = [
-        f"openrlhf.actor.model_name_or_path={tiny_model}",
-        f"openrlhf.data.prompt_dataset={prompts}",
-        f"openrlhf.train.agent_func_path={scripted.__file__}",
-        f"agent.tools.local.urls=[{kb_url}]",
-        "agent.tools.local.retries=1",
-        "agent.tools.local.timeout=5",
-        "agent.tools.topk=1",
-        "agent.tools.max_doc_chars=50",
-        "agent.max_turns=8",
-        "openrlhf.data.max_len=8000",
-        f"openrlhf.ckpt.path={tmp / 'ckpt'}",
-        f"openrlhf.ckpt.output_dir={tmp / 'final'}",
-        f"scheduler.trace={tmp / 'trace.jsonl'}",
-        f"cpu_harness.workload={json.dumps(OUTAGE_WORKLOAD)}",
-        *extra,
-    ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "asearcher_plugin.cli",
-        "train",
-        RECIPE,
-        "--cpu",
-        *[x for s in sets for x in ("--set", s)],
-    ]
     tmp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
     log = open(tmp / "train.log", "w")  # noqa: SIM115 - closed with the process by the caller
+    cmd = command(tmp, tiny_model, prompts, kb_url, *extra)
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp, env=env)
 
 
