@@ -436,8 +436,25 @@ LEARN = [
     "openrlhf.actor.lr_scheduler=constant",
 ]
 # benchmarks/learning_cpu.py, seeds 1-4: rises of +0.51 to +0.55 (last 4 steps over first 4), mean +0.531 +- 0.016;
-# controls -0.000 +- 0.014
+# controls -0.000 +- 0.014. The pipeline is not deterministic (which samples finish first depends on timing), and at
+# lr 1e-2 a run can climb and then fall back: one run of seed 1 here peaked at +0.21 (steps 18-21) and ended at
+# +0.06. The test asks whether updates reach the engines, so it takes the best window of K steps over the first K:
+# the synced runs above peak at +0.51 to +0.55 and the controls at +0.000 to +0.025 (their per-step rewards in
+# benchmarks/results/learning_cpu.json).
 RISE = 0.15
+
+
+# Per-step rewards of the run that climbed and fell back (seed 1, this test).
+_CLIMBED_AND_FELL = [0.39, 0.39, 0.43, 0.42, 0.42, 0.39, 0.38, 0.41, 0.37, 0.43, 0.4, 0.44, 0.48, 0.5, 0.55, 0.47]
+_CLIMBED_AND_FELL += [0.53, 0.48, 0.65, 0.69, 0.66, 0.41, 0.39, 0.4]
+
+
+def test_rise_passes_every_synced_run_and_no_control():
+    path = Path(__file__).parent.parent / "benchmarks" / "results" / "learning_cpu.json"
+    results = json.loads(path.read_text())["results"]
+    assert all(rise(run["rewards"]) > RISE for run in results["weights synced"])
+    assert all(rise(run["rewards"]) < RISE for run in results["control: engines keep initial weights"])
+    assert rise(_CLIMBED_AND_FELL) > RISE
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +463,9 @@ def learning_prompts(tmp_path_factory):
 
 
 def rise(rewards: list[float]) -> float:
-    return statistics.mean(rewards[-K:]) - statistics.mean(rewards[:K])
+    """How far the best K consecutive steps' mean reward lies above the first K steps'."""
+    first = statistics.mean(rewards[:K])
+    return max(statistics.mean(rewards[i : i + K]) for i in range(len(rewards) - K + 1)) - first
 
 
 @pytest.mark.timeout(1500)
