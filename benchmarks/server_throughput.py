@@ -183,11 +183,12 @@ def ceiling(kb_dir: Path, queries: list[str], counts: list[int], batch: int = 12
             for i in range(0, len(part), batch):
                 [kb.rows(h) for h in kb.search(part[i : i + batch], TOPK)]
             out["encode_then_search"] = len(part) / (time.perf_counter() - start)
+        wrapped = queries + queries  # a batch may run past the end of the list
         for n in counts:
             start, done = time.perf_counter(), 0
             while time.perf_counter() - start < seconds:
                 i = done % len(queries)
-                [kb.rows(h) for h in kb.search((queries + queries)[i : i + n], TOPK)]
+                [kb.rows(h) for h in kb.search(wrapped[i : i + n], TOPK)]
                 done += n
             out["at_batch"][n] = done / (time.perf_counter() - start)
 

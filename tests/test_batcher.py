@@ -84,12 +84,7 @@ def test_serial_stages_prepare_what_queued_during_a_search_as_one_batch(recorded
     stages.search_open.set()
     assert stages.prepared.get(timeout=60) == ["theory of relativity", "Atlantic Ocean", "Algorithm"]
     assert stages.searched.get(timeout=60) == 3
-    assert a.result(timeout=60) == [batcher_free_search(stages.kb, "capital of Angola", 3)]
-    assert b.result(timeout=60) == [batcher_free_search(stages.kb, "theory of relativity", 3)]
-    assert c.result(timeout=60) == [
-        batcher_free_search(stages.kb, "Atlantic Ocean", 5),
-        batcher_free_search(stages.kb, "Algorithm", 5),
-    ]
+    assert_answered_as_alone(stages.kb, a, b, c)
     assert batcher.batches == 2 and batcher.prepare_batches == 2
 
 
@@ -104,12 +99,7 @@ def test_requests_that_arrive_while_a_batch_is_encoded_join_its_search(recorded)
     stages.prepare_open.set()
     assert stages.prepared.get(timeout=60) == ["theory of relativity", "Atlantic Ocean", "Algorithm"]
     assert stages.searched.get(timeout=60) == 4  # one scan for A, B and C
-    assert a.result(timeout=60) == [batcher_free_search(stages.kb, "capital of Angola", 3)]
-    assert b.result(timeout=60) == [batcher_free_search(stages.kb, "theory of relativity", 3)]
-    assert c.result(timeout=60) == [
-        batcher_free_search(stages.kb, "Atlantic Ocean", 5),
-        batcher_free_search(stages.kb, "Algorithm", 5),
-    ]
+    assert_answered_as_alone(stages.kb, a, b, c)
     assert batcher.batches == 1 and batcher.prepare_batches == 2
 
 
@@ -128,12 +118,7 @@ def test_the_next_batch_is_encoded_while_this_one_is_searched(recorded):
     stages.search_open.set()
     # Everything prepared during A's search is searched together: B and C in one batch of three queries.
     assert stages.searched.get(timeout=60) == 3
-    assert a.result(timeout=60) == [batcher_free_search(stages.kb, "capital of Angola", 3)]
-    assert b.result(timeout=60) == [batcher_free_search(stages.kb, "theory of relativity", 3)]
-    assert c.result(timeout=60) == [
-        batcher_free_search(stages.kb, "Atlantic Ocean", 5),
-        batcher_free_search(stages.kb, "Algorithm", 5),
-    ]
+    assert_answered_as_alone(stages.kb, a, b, c)
     assert batcher.batches == 2 and batcher.prepare_batches == 3
 
 
@@ -172,6 +157,16 @@ def wait_for(condition, limit: float = 60) -> None:
 
 def batcher_free_search(kb: KnowledgeBase, query: str, topk: int):
     return kb.search([query], topk)[0]
+
+
+def assert_answered_as_alone(kb: KnowledgeBase, a, b, c) -> None:
+    """The futures of A, B and C (the requests of the stage tests) hold what each query gets searched alone."""
+    assert a.result(timeout=60) == [batcher_free_search(kb, "capital of Angola", 3)]
+    assert b.result(timeout=60) == [batcher_free_search(kb, "theory of relativity", 3)]
+    assert c.result(timeout=60) == [
+        batcher_free_search(kb, "Atlantic Ocean", 5),
+        batcher_free_search(kb, "Algorithm", 5),
+    ]
 
 
 # --- Through the HTTP server, every retriever: the same ids and scores as searching each query alone -------------

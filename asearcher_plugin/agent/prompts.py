@@ -6,7 +6,7 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 
-from ..template_check import TEMPLATE_FIELDS, TemplateError, read_template  # noqa: F401 - named here too
+from ..template_check import TEMPLATE_FIELDS, read_template
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 ALLOWED_ACTIONS = {

@@ -15,8 +15,9 @@ from functools import cache
 from string import Formatter
 
 from ..agent.actions import TOOL_TAGS, parse_action, scrub
-from ..agent.prompts import TEMPLATE_FIELDS, template_for
+from ..agent.prompts import template_for
 from ..records import EvalRow
+from ..template_check import TEMPLATE_FIELDS
 
 _CHAT_OPEN = r"(?:<\|im_start\|>user\s*)?"
 _CHAT_TURN = r"(?:\s*<\|im_end\|>\s*<\|im_start\|>assistant\n?)?"

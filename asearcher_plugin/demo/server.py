@@ -21,8 +21,8 @@ from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconn
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from ..agent.prompts import TEMPLATE_FIELDS
 from ..config import AgentConfig
+from ..template_check import TEMPLATE_FIELDS
 from .models import Models, choices
 from .redact import redact
 from .replay import read_lines
