@@ -373,7 +373,9 @@ def main() -> None:
     enc, search = split_threads()
     note = (
         f"Closed-loop clients, one distinct question per request (topk 5, scores and rows), {args.seconds:.0f} s "
-        f"per server and client count in {args.rounds} rounds, the three servers up together and loaded in turn; "
+        f"per server and client count in {args.rounds} rounds, the three servers up together and loaded in turn "
+        "(each started and warmed with 3 s of the same load before timing: start-up, the same for all three, is not "
+        "counted); "
         f"{args.passages:,} passages, FAISS Flat ({index_mb:.0f} MB), all-MiniLM-L6-v2 fp32 on CPU. Ours "
         "encodes then searches each batch with every core (serial, the default); with --overlap-stages it encodes "
         f"the next batch while this one is searched, a stage alone on every core, the encoder on {enc} and the "
