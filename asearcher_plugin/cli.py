@@ -237,11 +237,22 @@ def make_tiny_model_cmd(
 @app.command()
 def demo(
     host: str = typer.Option(
-        "127.0.0.1", help="address to bind; anything but loopback lets others use your model and keys"
+        "127.0.0.1", help="address to bind; anything but loopback lets others with the URL use your servers and keys"
     ),
     port: int = typer.Option(8000, help="port of the page"),
-    kb_url: str = typer.Option(
-        "http://127.0.0.1:5005", "--kb-url", help="knowledge base the page offers by default (`asearcher kb serve`)"
+    kb_url: list[str] = typer.Option(
+        ["http://127.0.0.1:5005"],
+        "--kb-url",
+        help="a knowledge base runs may use (repeat for several; the first is the default); no other is reached",
+    ),
+    model_url: list[str] = typer.Option(
+        [],
+        "--model-url",
+        help="an OpenAI-compatible server runs may use, with $OPENAI_API_KEY (repeat for several; "
+        "$OPENAI_BASE_URL is added); no other gets a request",
+    ),
+    allow_host: list[str] = typer.Option(
+        [], "--allow-host", help="a Host name the page is served under besides loopback ones (e.g. a proxy's name)"
     ),
     tiny_model: str = typer.Option(
         "runs/tiny-model", "--tiny-model", help="folder of the tiny CPU model (made there on first use)"
@@ -250,7 +261,7 @@ def demo(
     """A web page: ask a question, watch the agent search, read and answer turn by turn; replay eval trajectories."""
     from asearcher_plugin.demo.server import serve
 
-    serve(host, port, kb_url, tiny_model)
+    serve(host, port, kb_url, tiny_model, tuple(model_url), tuple(allow_host))
 
 
 register_commands(app)

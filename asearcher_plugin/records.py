@@ -8,6 +8,7 @@ only place that dict is built.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,7 +153,11 @@ class EvalRow:
     @classmethod
     def from_json(cls, row: dict) -> EvalRow:
         """Also reads rows written before `logs` and `scores` were kept apart, where `logs` held OpenRLHF's flat
-        extra_logs (`score_<metric>` beside the counters) and `scores` may be missing."""
+        extra_logs (`score_<metric>` beside the counters) and `scores` may be missing.
+
+        Raises RowError naming the first field of the wrong type: a line from a file someone else wrote reaches
+        reports and pages, which must never get markup where a number or a metric name belongs."""
+        _check_row(row)
         logs = dict(row.get("logs") or {})
         packed = {k: logs.pop(k) for k in list(logs) if k.startswith("score_")}
         scores = row.get("scores")
@@ -160,3 +165,55 @@ class EvalRow:
             scores = {k.removeprefix("score_"): v for k, v in packed.items()}
         names = set(cls.__dataclass_fields__) - {"logs", "scores"}
         return cls(**{k: v for k, v in row.items() if k in names}, logs=logs, scores=dict(scores))
+
+
+class RowError(TypeError):
+    """A `trajectories.jsonl` line whose field has the wrong type; the message names the field."""
+
+
+_NUMBER = (int, float)
+_NAME = re.compile(r"[A-Za-z0-9_.@:-]{1,64}")  # a metric or counter name
+_ROW_TYPES = {
+    "dataset": (str,),
+    "id": (str,),
+    "seed": (int,),
+    "question": (str,),
+    "status": (str,),
+    "answer": (str, type(None)),
+    "reward": (*_NUMBER, type(None)),
+    "text": (str,),
+    "truncated": (bool,),
+    "tokens": (int,),
+    "gen_tokens": (int, type(None)),
+    "error": (str,),
+    "seconds": _NUMBER,
+}
+STATUSES = ("ok", "failed", "error")
+
+
+def _check_row(row) -> None:
+    if not isinstance(row, dict):
+        raise RowError(f"a trajectory line is a JSON object, not {type(row).__name__}")
+    for name in ("dataset", "id", "seed", "question"):
+        if name not in row:
+            raise RowError(f"field {name!r} is missing")
+    for name, types in _ROW_TYPES.items():
+        value = row.get(name)
+        if name in row and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise RowError(f"field {name!r} must be {wanted}, not {type(value).__name__}: {str(value)[:60]!r}")
+    if "status" in row and row["status"] not in STATUSES:
+        raise RowError(f"field 'status' must be one of {', '.join(STATUSES)}, not {str(row['status'])[:60]!r}")
+    golds = row.get("golden_answers", [])
+    if not isinstance(golds, list) or not all(isinstance(g, str) for g in golds):
+        raise RowError("field 'golden_answers' must be a list of strings")
+    for name in ("logs", "scores"):
+        table = row.get(name) or {}
+        if not isinstance(table, dict):
+            raise RowError(f"field {name!r} must be an object of numbers, not {type(table).__name__}")
+        for key, value in table.items():
+            if not isinstance(value, _NUMBER) or not _NAME.fullmatch(key):
+                raise RowError(
+                    f"field {name!r}: entry {key[:40]!r} must be a name of letters, digits and _.@:- with a number, "
+                    f"not {type(value).__name__}"
+                )

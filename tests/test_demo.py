@@ -13,8 +13,9 @@ import pytest
 from websockets.sync.client import connect
 
 from asearcher_plugin.config import AgentConfig
+from asearcher_plugin.demo.guard import Access, is_loopback
 from asearcher_plugin.demo.redact import MASK
-from asearcher_plugin.demo.server import NETWORK_WARNING, create_app, is_loopback
+from asearcher_plugin.demo.server import NETWORK_WARNING, create_app
 from asearcher_plugin.engines.hf import HFEngine
 from tests.helpers import free_port, serve_app
 
@@ -22,15 +23,25 @@ QUESTION, GOLD = "What is the capital and largest city of Angola?", "Luanda"
 TERMINAL = {"finished", "stopped", "error"}
 
 
+TOKEN = "launch-token-of-the-demo-tests"
+AUTH = {"Authorization": f"token {TOKEN}"}  # what a script sends; the page holds the token in a cookie
+SECRET = "sk-demo-secret-4f9a1c"
+
+
 @pytest.fixture(scope="module")
 def demo(kb_server, tiny_model):
-    app = create_app(kb_server, tiny_model)
+    dead = f"http://127.0.0.1:{free_port()}"  # a KB and a model server given at launch that do not answer
+    models = (dead + "/v1", f"{dead}/v1?key={SECRET}")
+    app = create_app(
+        [kb_server, dead], tiny_model, access=Access.for_bind("127.0.0.1", token=TOKEN), model_urls=models
+    )
+    app.state.dead = dead
     with serve_app(app) as url:
         yield url, app
 
 
 def ws_url(base: str) -> str:
-    return base.replace("http://", "ws://") + "/ws"
+    return base.replace("http://", "ws://") + f"/ws?token={TOKEN}"
 
 
 def recv(ws, timeout=120) -> dict:
@@ -82,8 +93,8 @@ def test_bad_requests_are_refused_by_name_and_the_page_goes_on(demo):
 
 
 def test_unreachable_kb_and_model_server_are_reported_before_any_turn(demo):
-    url, _ = demo
-    dead = f"http://127.0.0.1:{free_port()}"
+    url, app = demo
+    dead = app.state.dead
     with connect(ws_url(url)) as ws:
         _, events = run_to_end(ws, reference_request(tools={"kb_url": dead}))
         assert [e["type"] for e in events][-1] == "error"
@@ -109,7 +120,7 @@ def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path)
 
     import httpx
 
-    line = httpx.get(f"{url}/api/runs/{run_id}/line").text
+    line = httpx.get(f"{url}/api/runs/{run_id}/line", headers=AUTH).text
     saved = json.loads(line)
     # the line `asearcher eval` writes for the same question, model and agent settings
     from asearcher_plugin.agent.reference_policy import ReferencePolicy
@@ -127,7 +138,7 @@ def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path)
         del row["seconds"], row["logs"]["tool_seconds"]
     assert saved == written
 
-    replayed = httpx.post(f"{url}/api/replay", content=line).json()
+    replayed = httpx.post(f"{url}/api/replay", content=line, headers=AUTH).json()
     (row,) = replayed["rows"]
     assert [(t["action"], t["argument"], t["feedback"]) for t in row["turns"]] == [
         (t["action"], t["argument"], t["feedback"]) for t in turns
@@ -135,15 +146,15 @@ def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path)
     assert QUESTION in row["prompt"] and row["scores"]["f1"] == 1.0
     # an eval file with a cut last line and a stray line: the good rows replay, the others are named by line number
     mixed = line + "\nnot json\n" + json.dumps({"id": 1}) + "\n" + line[: len(line) // 2]
-    replayed = httpx.post(f"{url}/api/replay", content=mixed).json()
+    replayed = httpx.post(f"{url}/api/replay", content=mixed, headers=AUTH).json()
     assert len(replayed["rows"]) == 1 and [p.split(":")[0] for p in replayed["problems"]] == [
         "line 3",
         "line 4",
         "line 5",
     ]
-    empty = httpx.post(f"{url}/api/replay", content="garbage\n")
+    empty = httpx.post(f"{url}/api/replay", content="garbage\n", headers=AUTH)
     assert empty.status_code == 400 and "no trajectory line in this file (line 1:" in empty.json()["error"]
-    running = httpx.get(f"{url}/api/runs/nope/line")
+    running = httpx.get(f"{url}/api/runs/nope/line", headers=AUTH)
     assert running.status_code == 404 and "no run 'nope'" in running.json()["error"]
 
 
@@ -200,10 +211,10 @@ def test_a_stopped_run_stops_the_engine(demo, tiny_model, how):
                 assert events[-1]["type"] == "stopped" and "told to stop generating" in events[-1]["text"]
         if how != "stop":  # the socket closed: the server cancels the page's runs
             for _ in range(600):
-                if httpx.get(f"{url}/api/runs/{run_id}").json()["status"] != "running":
+                if httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH).json()["status"] != "running":
                     break
                 threading.Event().wait(0.05)
-            assert httpx.get(f"{url}/api/runs/{run_id}").json()["status"] == "stopped"
+            assert httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH).json()["status"] == "stopped"
     finally:
         engine.resume()
     assert spy.returned.wait(60)
@@ -216,16 +227,16 @@ def test_a_stopped_run_stops_the_engine(demo, tiny_model, how):
 def test_no_environment_secret_leaves_the_server(demo, monkeypatch):
     import httpx
 
-    url, _ = demo
-    secret = "sk-demo-secret-4f9a1c"
+    url, app = demo
+    secret = SECRET
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     monkeypatch.setenv("SERPER_API_KEY", "serper-secret-77aa")
-    dead = f"http://127.0.0.1:{free_port()}/v1?key={secret}"
+    dead = f"{app.state.dead}/v1?key={secret}"
     with connect(ws_url(url)) as ws:
         _, events = run_to_end(ws, {"question": QUESTION, "model": {"kind": "openai", "url": dead}})
     text = json.dumps(events)
     assert secret not in text and MASK in events[-1]["text"]
-    options = httpx.get(f"{url}/api/options").text
+    options = httpx.get(f"{url}/api/options", headers=AUTH).text
     assert "serper-secret-77aa" not in options and json.loads(options)["web_keys"]["SERPER_API_KEY"] is True
 
 
@@ -238,11 +249,12 @@ def test_only_loopback_binds_quietly(monkeypatch, capsys):
 
     served = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw))
-    server.serve("0.0.0.0", 8123, "http://127.0.0.1:5005", "runs/tiny-model")
-    server.serve("127.0.0.1", 8124, "http://127.0.0.1:5005", "runs/tiny-model")
+    server.serve("0.0.0.0", 8123, ["http://127.0.0.1:5005"], "runs/tiny-model")
+    server.serve("127.0.0.1", 8124, ["http://127.0.0.1:5005"], "runs/tiny-model")
     err = capsys.readouterr().err
     assert err.count("is not a loopback address") == 1 and NETWORK_WARNING.split("{")[0] in err
-    assert "anyone who can reach this machine on port 8123" in err
+    assert "the keys go only to the servers given at launch" in err and "reverse proxy with TLS" in err
+    assert err.count("/?token=") == 2  # each launch prints its URL with its own token
     assert [kw["host"] for kw in served] == ["0.0.0.0", "127.0.0.1"]
 
 
@@ -333,12 +345,13 @@ def test_runs_go_on_at_once_and_stopping_one_leaves_the_other(demo, monkeypatch)
     assert [e["turn"] for e in events[second] if e["type"] == "turn"] == [1, 2, 3]
 
 
-def test_an_openai_compatible_server_answers_with_the_key_from_the_environment(demo, tiny_model, monkeypatch):
+def test_an_openai_compatible_server_given_at_launch_gets_the_key_from_the_environment(
+    kb_server, tiny_model, monkeypatch
+):
     from transformers import AutoTokenizer
 
     from tests.helpers import ScriptedModel
 
-    url, _ = demo
     secret = "sk-served-model-key-9b2e77"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     model = ScriptedModel(AutoTokenizer.from_pretrained(tiny_model), {QUESTION: GOLD})
@@ -349,9 +362,13 @@ def test_an_openai_compatible_server_answers_with_the_key_from_the_environment(d
         seen.append(request.headers.get("authorization"))
         return await call_next(request)
 
-    with serve_app(model.app) as served, connect(ws_url(url)) as ws:
-        choice = {"kind": "openai", "url": served + "/v1", "name": "scripted", "tokenizer": str(tiny_model)}
-        _, events = run_to_end(ws, {"question": QUESTION, "gold": GOLD, "model": choice})
+    with serve_app(model.app) as served:
+        app = create_app(
+            [kb_server], tiny_model, access=Access.for_bind("127.0.0.1", token=TOKEN), model_urls=(served + "/v1",)
+        )
+        with serve_app(app) as url, connect(ws_url(url)) as ws:
+            choice = {"kind": "openai", "url": served + "/v1", "name": "scripted", "tokenizer": str(tiny_model)}
+            _, events = run_to_end(ws, {"question": QUESTION, "gold": GOLD, "model": choice})
     started = next(e for e in events if e["type"] == "started")
     assert started["model"] == f"scripted at {served}/v1"
     assert [(e["action"], e["argument"]) for e in events if e["type"] == "turn"] == [("answer", GOLD)]

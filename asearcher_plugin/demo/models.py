@@ -1,7 +1,8 @@
 """The engines a person can pick on the page, built on demand; a model that cannot be used says why, in one line.
 
-In-process transformers models are loaded once and shared by every run (each generates one call at a time);
-an OpenAI-compatible server is checked for an answer before a run starts; the scripted reference policy is
+In-process transformers models are loaded once and shared by every run (each generates one call at a time), the
+`MAX_LOADED` most recently used kept loaded; an OpenAI-compatible server (one given at launch, `endpoints`) is
+checked for an answer before a run starts; the scripted reference policy is
 offered when its module is installed.
 """
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from collections import OrderedDict
 from pathlib import Path
 
 import httpx
 
 from .requests import ModelChoice
+
+MAX_LOADED = 2  # in-process models kept loaded; a run holds its own reference, so dropping one never breaks a run
 
 
 class ModelError(RuntimeError):
@@ -52,7 +56,7 @@ class Engine:
 class Models:
     def __init__(self, tiny_dir: str | Path):
         self.tiny_dir = Path(tiny_dir)
-        self.hf_engines: dict[str, object] = {}  # by resolved folder: loaded once, shared by runs
+        self.hf_engines: OrderedDict[str, object] = OrderedDict()  # by resolved folder, least recently used first
         self._loading = asyncio.Lock()  # one model load at a time; runs that need the same one wait for it
 
     async def engine(self, choice: ModelChoice, agent_type: str, question: str, golds: list[str]) -> Engine:
@@ -70,7 +74,11 @@ class Models:
         async with self._loading:
             key = str(Path(path).expanduser().resolve())
             if key not in self.hf_engines:
-                self.hf_engines[key] = await asyncio.to_thread(_load_hf, Path(key), tiny)
+                engine = await asyncio.to_thread(_load_hf, Path(key), tiny)
+                while len(self.hf_engines) >= MAX_LOADED:
+                    self.hf_engines.popitem(last=False)
+                self.hf_engines[key] = engine
+            self.hf_engines.move_to_end(key)
             return self.hf_engines[key]
 
     async def _openai(self, choice: ModelChoice) -> Engine:
@@ -83,14 +91,14 @@ class Models:
         try:
             from transformers import AutoTokenizer
 
-            tok = await asyncio.to_thread(AutoTokenizer.from_pretrained, name)
+            tok = await asyncio.to_thread(AutoTokenizer.from_pretrained, name, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - any loader failure is the same news for the page
             raise ModelError(
                 f"tokenizer {name!r} cannot be loaded ({type(exc).__name__}); give a local tokenizer folder "
                 "in the tokenizer field (no model hub is reached from here)"
             ) from None
         # One retry, not three: a server that went away is reported in seconds, not minutes. The key comes from the
-        # server's environment ($OPENAI_API_KEY), never from the page.
+        # server's environment ($OPENAI_API_KEY), never from the page, and `choice.url` is one given at launch.
         endpoint = EndpointConfig(base_urls=[choice.url], timeout=120.0, retries=1)
         engine = OpenAIEngine(
             endpoint.base_urls, choice.name, tok, api_key=endpoint.api_key(), timeout=endpoint.timeout, retries=1

@@ -21,6 +21,7 @@ from ..engines.openai import EngineUnavailable
 from ..engines.types import SamplingParams
 from ..env import AgentExecutor
 from ..records import EvalRow
+from .endpoints import Endpoints
 from .models import ModelError, Models
 from .redact import redact
 from .requests import RunRequest
@@ -60,8 +61,8 @@ class RunLimit(RuntimeError):
 
 
 class RunManager:
-    def __init__(self, models: Models, default_kb_url: str):
-        self.models, self.default_kb_url = models, default_kb_url
+    def __init__(self, models: Models, endpoints: Endpoints):
+        self.models, self.endpoints = models, endpoints
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self._ids = itertools.count(1)
 
@@ -71,6 +72,7 @@ class RunManager:
     def start(self, request: RunRequest, owner, send: Callable[[dict], None]) -> Run:
         if len(self.active()) >= MAX_ACTIVE_RUNS:
             raise RunLimit(f"{MAX_ACTIVE_RUNS} runs are already in progress; stop one or wait for one to finish")
+        request = self.endpoints.check(request)
         run = Run(f"r{next(self._ids)}", request, owner, send)
         self.runs[run.id] = run
         self._forget_old()
@@ -103,7 +105,7 @@ class RunManager:
             del self.runs[key]
 
     def agent_config(self, request: RunRequest) -> AgentConfig:
-        kb_url = request.tools.kb_url or self.default_kb_url
+        kb_url = request.tools.kb_url or self.endpoints.default_kb_url
         return AgentConfig.model_validate(
             {
                 "agent_type": request.agent_type,
@@ -184,9 +186,10 @@ class RunManager:
             try:
                 await asyncio.to_thread(answers_retrieve, url, 5.0)
             except Exception as exc:  # noqa: BLE001 - connection refused, a non-KB server, a bad reply: all one news
+                # The exception's type only: its text may quote what the server answered, which is not the page's.
                 raise ToolsDown(
-                    f"knowledge base at {url} is not reachable or not a KB server "
-                    f"({type(exc).__name__}: {str(exc)[:200]}); start one with `asearcher kb serve`"
+                    f"knowledge base at {url} is not reachable or not a KB server ({type(exc).__name__}); "
+                    "start one with `asearcher kb serve`"
                 ) from None
             return
         import os

@@ -5,12 +5,14 @@ Protocol on `/ws` (JSON text frames). The page sends `{"op": "start", "ref": any
 "ref", "run"}` or `{"type": "rejected", "ref", "error"}`, then streams the run's events (`status`, `notice`,
 `started`, `turn`, `finished`, `stopped`, `error`), each with its `run` id. When the socket closes, its runs are
 cancelled. Every frame and download passes through `redact`: no environment secret leaves the server.
+
+Every request and handshake passes `guard.Guard` first (Host, Origin, the launch's token), and a run reaches only
+the servers named at launch (`endpoints.Endpoints`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import os
 import sys
@@ -23,6 +25,8 @@ from fastapi.staticfiles import StaticFiles
 
 from ..config import AgentConfig
 from ..template_check import TEMPLATE_FIELDS
+from .endpoints import Endpoints
+from .guard import Access, Guard, is_loopback
 from .models import Models, choices
 from .redact import redact
 from .replay import read_lines
@@ -30,12 +34,21 @@ from .requests import MAX_QUESTION_CHARS, RequestError, parse_request
 from .runs import RunLimit, RunManager
 
 STATIC = Path(__file__).with_name("static")
-MAX_REPLAY_BYTES = 50 * 1024 * 1024
+MAX_REPLAY_BYTES = 4 * 1024 * 1024  # an eval of 1,000 short trajectories; larger files are read with `asearcher eval`
 MAX_FRAME_CHARS = 1024 * 1024  # a start request is small; a 100,000-character question still arrives, and is refused
 
 
-def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "runs/tiny-model", manager=None):
-    manager = manager or RunManager(Models(tiny_model), kb_url)
+def create_app(
+    kb_url: str | list[str] = "http://127.0.0.1:5005",
+    tiny_model: str | Path = "runs/tiny-model",
+    manager=None,
+    *,
+    access: Access | None = None,
+    model_urls: tuple[str, ...] = (),
+):
+    """`access`: the hosts and token requests must match (default: loopback hosts, a new token, in
+    `app.state.access`); `kb_url`, `model_urls`: the only servers runs may reach."""
+    manager = manager or RunManager(Models(tiny_model), Endpoints.at_launch(kb_url, model_urls))
 
     @asynccontextmanager
     async def lifespan(app):
@@ -44,6 +57,8 @@ def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "
 
     app = FastAPI(title="asearcher demo", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.manager = manager
+    app.state.access = access or Access.for_bind("127.0.0.1")
+    app.add_middleware(Guard, access=app.state.access)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/")
@@ -56,7 +71,9 @@ def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "
         return {
             "models": choices(),
             "agent_types": list(TEMPLATE_FIELDS),
-            "kb_url": manager.default_kb_url,
+            "kb_url": manager.endpoints.default_kb_url,
+            "kb_urls": list(manager.endpoints.kb_urls),
+            "model_urls": list(manager.endpoints.model_urls),
             # whether the web backend's keys are set, never their values
             "web_keys": {name: bool(os.environ.get(name)) for name in (web.serper_api_key_env, web.jina_api_key_env)},
             "max_question_chars": MAX_QUESTION_CHARS,
@@ -91,7 +108,8 @@ def create_app(kb_url: str = "http://127.0.0.1:5005", tiny_model: str | Path = "
         raw = await request.body()
         if len(raw) > MAX_REPLAY_BYTES:
             raise HTTPException(413, f"file is over {MAX_REPLAY_BYTES:,} bytes")
-        rows, problems = read_lines(raw.decode("utf-8", errors="replace"))
+        # Off the event loop: runs and other pages go on while a file is read (the reading is linear in its size).
+        rows, problems = await asyncio.to_thread(read_lines, raw.decode("utf-8", errors="replace"))
         if not rows:
             detail = "; ".join(problems[:3]) or "the file is empty"
             raise HTTPException(400, f"no trajectory line in this file ({detail})")
@@ -156,30 +174,32 @@ def _handle(manager: RunManager, message: dict, owner, send) -> dict | None:
     return {"type": "accepted", "ref": ref, "run": run.id}
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 NETWORK_WARNING = (
-    "warning: --host {host} is not a loopback address: anyone who can reach this machine on port {port} can run "
-    "questions through the configured model and tools, with the API keys in this server's environment "
-    "(OPENAI_API_KEY, SERPER_API_KEY, JINA_API_KEY), and can make it fetch any URL typed as a model or KB URL. "
-    "There is no login. Bind 127.0.0.1 (the default) unless that is what you want."
+    "warning: --host {host} is not a loopback address: anyone on the network who gets the URL below (it holds the "
+    "access token) can run questions through the model servers and knowledge bases given at launch, and the web "
+    "tools, with the API keys in this server's environment (OPENAI_API_KEY, SERPER_API_KEY, JINA_API_KEY); the "
+    "keys go only to the servers given at launch. Traffic is plain HTTP: the token and every run can be read on the "
+    "way. Put the demo behind a reverse proxy with TLS and a login to expose it; see docs/demo.md, Security."
 )
 
 
-def serve(host: str, port: int, kb_url: str, tiny_model: str) -> None:
+def serve(
+    host: str,
+    port: int,
+    kb_urls: list[str],
+    tiny_model: str,
+    model_urls: tuple[str, ...] = (),
+    allow_hosts: tuple[str, ...] = (),
+) -> None:
     import uvicorn
 
+    access = Access.for_bind(host, allow_hosts)
+    app = create_app(kb_urls, tiny_model, access=access, model_urls=model_urls)
     if not is_loopback(host):
-        print(NETWORK_WARNING.format(host=host, port=port), file=sys.stderr, flush=True)
+        print(NETWORK_WARNING.format(host=host), file=sys.stderr, flush=True)
     shown = f"[{host}]" if ":" in host else host
-    print(f"asearcher demo: http://{shown}:{port}/  (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    uvicorn.run(
-        create_app(kb_url, tiny_model), host=host, port=port, log_level="warning", ws_max_size=4 * MAX_FRAME_CHARS
-    )
+    if host in ("0.0.0.0", "::"):
+        shown = "127.0.0.1"
+    url = f"http://{shown}:{port}/?token={access.token}"
+    print(f"asearcher demo: {url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=4 * MAX_FRAME_CHARS)

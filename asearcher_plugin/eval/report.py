@@ -8,8 +8,8 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 
+from ..agent.text_turns import turn_spans
 from ..records import EvalRow
 from .card import banner, card_rows
 
@@ -106,23 +106,26 @@ def _plot(rows: list[EvalRow]) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-_SPLIT = re.compile(r"(<information>.*?</information>)", re.S)
+def _turns_html(text: str, question: str) -> str:
+    """The prompt, then each model turn and the agent's feedback after it: an `<information>` the prompt or the model
+    wrote stays in its own box, not drawn as tool output."""
+    cut, spans = turn_spans(text or "", question)
+    pieces = [("prompt", text[:cut])]
+    for start, feedback, end in spans:
+        pieces += [("model", text[start:feedback]), ("tool", text[feedback:end])]
+    return "\n".join(f'<pre class="{cls}">{html.escape(piece)}</pre>' for cls, piece in pieces if piece.strip())
 
 
-def _turns_html(text: str) -> str:
-    parts = []
-    for piece in _SPLIT.split(text or ""):
-        if not piece.strip():
-            continue
-        cls = "tool" if piece.startswith("<information>") else "model"
-        parts.append(f'<pre class="{cls}">{html.escape(piece)}</pre>')
-    return "\n".join(parts)
+def _esc(value) -> str:
+    """Every value from a trajectories file or its metrics, whatever its type, goes into the page as text."""
+    return html.escape(str(value))
 
 
 def render_html(metrics: dict, rows: list[EvalRow]) -> str:
     k = metrics["k"]
+    e = _esc
     table = "\n".join(
-        f"<tr><td>{html.escape(d)}</td><td>{n_}</td><td>{q}</td><td>{a:.3f} <small>({ac[0]:.3f}-{ac[1]:.3f})</small></td>"
+        f"<tr><td>{e(d)}</td><td>{e(n_)}</td><td>{e(q)}</td><td>{a:.3f} <small>({ac[0]:.3f}-{ac[1]:.3f})</small></td>"
         f"<td>{p:.3f} <small>({pc[0]:.3f}-{pc[1]:.3f})</small></td></tr>"
         for d, n_, q, a, ac, p, pc in _metric_rows(metrics)
     )
@@ -131,17 +134,17 @@ def render_html(metrics: dict, rows: list[EvalRow]) -> str:
         if r.status != "ok":
             cls, what = ("failed", "FAILED") if r.status == "failed" else ("error", "ERROR")
             items.append(
-                f'<details class="{cls}"><summary>{html.escape(r.dataset)}/{html.escape(r.id)} seed {r.seed}: '
-                f"{what} ({html.escape(r.error)})</summary></details>"
+                f'<details class="{cls}"><summary>{e(r.dataset)}/{e(r.id)} seed {e(r.seed)}: '
+                f"{what} ({e(r.error)})</summary></details>"
             )
             continue
         s, logs = r.scores, r.logs
         items.append(
-            f'<details class="traj"><summary><b>{html.escape(r.dataset)}/{html.escape(r.id)}</b> seed {r.seed} - '
+            f'<details class="traj"><summary><b>{e(r.dataset)}/{e(r.id)}</b> seed {e(r.seed)} - '
             f"F1 {s.get('f1', 0):.2f}, EM {s.get('em', 0):.0f} - {int(logs.get('turns', 0))} turns, "
-            f"{int(logs.get('searches', 0))} searches, {int(logs.get('accesses', 0))} pages - {html.escape(r.question)}</summary>"
-            f"<p><b>gold:</b> {html.escape(' | '.join(r.golden_answers))} &nbsp; <b>answer:</b> "
-            f"{html.escape(str(r.answer))}</p>{_turns_html(r.text)}</details>"
+            f"{int(logs.get('searches', 0))} searches, {int(logs.get('accesses', 0))} pages - {e(r.question)}</summary>"
+            f"<p><b>gold:</b> {e(' | '.join(map(str, r.golden_answers)))} &nbsp; <b>answer:</b> "
+            f"{e(r.answer)}</p>{_turns_html(r.text, r.question)}</details>"
         )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>asearcher evaluation report</title>
@@ -149,6 +152,7 @@ def render_html(metrics: dict, rows: list[EvalRow]) -> str:
 body {{ font-family: system-ui, sans-serif; margin: 2em; max-width: 1100px; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; }}
 pre {{ white-space: pre-wrap; padding: 6px; margin: 4px 0; }} pre.model {{ background: #eef4ff; }}
+pre.prompt {{ background: #fafafa; color: #555; max-height: 12em; overflow: auto; }}
 pre.tool {{ background: #f4f4f4; color: #333; max-height: 18em; overflow: auto; }}
 .banner {{ background: #fff3cd; border: 2px solid #d39e00; padding: 10px 14px; font-weight: bold; }}
 #card td {{ font-size: 0.9em; word-break: break-all; }}
@@ -156,8 +160,8 @@ details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summ
 </style></head><body>
 {_banner_html(metrics.get("card"))}
 <h1>Evaluation report</h1>
-<p>{html.escape(_counts(metrics))}; k = {k}.</p>
-<table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{k} (95% CI)</th><th>Pass@{k} (95% CI)</th></tr>
+<p>{e(_counts(metrics))}; k = {e(k)}.</p>
+<table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{e(k)} (95% CI)</th><th>Pass@{e(k)} (95% CI)</th></tr>
 {table}</table>
 {_card_html(metrics.get("card"))}
 <h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">

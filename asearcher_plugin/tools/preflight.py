@@ -36,7 +36,11 @@ def answers_retrieve(url: str, timeout: float) -> None:
     except RetrievalError as exc:
         hits = exc
     if not isinstance(hits, list):
-        raise ValueError(f"POST /retrieve answered without a result for the query: {response.text[:160]!r}")
+        # Not the reply's text: a server that is not a KB (an admin page, a metadata service) is not quoted back.
+        raise ValueError(
+            f"POST /retrieve answered HTTP {response.status_code} ({len(response.content):,} bytes) without a result "
+            "for the query: not a Search-R1-compatible retrieval server"
+        )
 
 
 def check_kb_reachable(local: LocalToolsConfig, attempts: int = 3, timeout: float = 10.0) -> None:
