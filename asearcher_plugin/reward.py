@@ -130,6 +130,19 @@ METRICS = {
     "substring": substring_match,
 }
 
+# What each metric counts, for pages that show them side by side: on a short answer that is a gold answer, or
+# shares no word with one, all five give the same number; they part on partial answers.
+METRIC_NOTES = {
+    "em": "the normalised answer equals a gold answer",
+    "f1": "token F1 with the closest gold answer (SQuAD)",
+    "asearcher_f1": "F1 over sets of tokens (ASearcher's training reward)",
+    "cover_em": "every token of a gold answer is in the answer",
+    "substring": "a gold answer occurs inside the answer",
+    "judge": "an LLM judge's verdict",
+}
+AGREE_NOTE = (
+    "The metrics agree when the answer is a gold answer or shares no word with one; they differ on partial answers."
+)
 
 CJK_AWARE = {"f1", "asearcher_f1"}
 

@@ -19,6 +19,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from asearcher_plugin.demo import server
+from asearcher_plugin.demo.guard import Access
 from asearcher_plugin.demo.server import create_app
 from tests.helpers import CHROMIUM, CHROMIUM_FLAGS, serve_app
 
@@ -110,6 +112,31 @@ def eval_file(tmp_path: Path, tokenizer, kb_url: str) -> Path:
     return path
 
 
+real_read_lines = server.read_lines
+
+
+def attacker_app(demo: str, token: str):
+    """A page of another origin that tries the demo's socket (with the token) and a no-preflight POST."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse
+
+    ws = demo.replace("http://", "ws://")
+    script = f"""
+      window.outcome = {{}};
+      const s = new WebSocket("{ws}/ws?token={token}");
+      s.onopen = () => {{ s.send(JSON.stringify({{op: "start", ref: 1, request: {{question: "q"}}}}));
+                          window.outcome.ws = "opened"; }};
+      s.onerror = () => {{ window.outcome.ws = window.outcome.ws || "refused"; }};
+      fetch("{demo}/api/replay?token={token}", {{method: "POST", body: "{{}}", credentials: "include",
+             headers: {{"Content-Type": "text/plain"}}}})
+        .then(r => {{ window.outcome.post = "answered " + r.status; }})
+        .catch(() => {{ window.outcome.post = "refused"; }});
+    """
+    app = FastAPI()
+    app.get("/")(lambda: HTMLResponse(f"<!doctype html><title>elsewhere</title><script>{script}</script>"))
+    return app
+
+
 def turns(page: Page, card: str) -> list[str]:
     return page.js(f"[...document.querySelectorAll('{card} .turn')].map(t => t.dataset.turn + ':' + t.dataset.action)")
 
@@ -127,12 +154,15 @@ def test_demo_page_streams_stops_and_replays_in_chromium(kb_server, tiny_model, 
         return await real(self, ids, params)
 
     monkeypatch.setattr(ReferencePolicy, "generate", held)
-    app = create_app(kb_server, tiny_model)
+    replays = []
+    monkeypatch.setattr(server, "read_lines", lambda text: replays.append(len(text)) or real_read_lines(text))
+    access = Access.for_bind("127.0.0.1")
+    app = create_app(kb_server, tiny_model, access=access)
     page = None
-    with serve_app(app) as url:
+    with serve_app(app) as url, serve_app(attacker_app(url, access.token)) as attacker:
         try:
             page = Page(tmp_path / "profile")
-            page.call("Page.navigate", url=url + "/")
+            page.call("Page.navigate", url=f"{url}/?token={access.token}")
             page.wait("document.getElementById('conn').textContent === 'connected'", "the socket connected")
             page.wait("document.querySelector('#model-kind option[value=reference]')", "the reference policy choice")
             assert page.js("document.getElementById('kb-url').value") == kb_server
@@ -201,6 +231,16 @@ def test_demo_page_streams_stops_and_replays_in_chromium(kb_server, tiny_model, 
             if os.environ.get("DEMO_SCREENSHOT"):
                 shutil.copy(shot, os.environ["DEMO_SCREENSHOT"])
             assert page.exceptions == [], page.exceptions
+
+            # Another origin in the same browser, which holds the demo's cookie (another port of 127.0.0.1 is the
+            # same site, so SameSite does not stop it) and even knows the token: it can neither open the socket
+            # nor post a file.
+            runs, read = len(app.state.manager.runs), len(replays)
+            page.call("Page.navigate", url=attacker + "/")
+            page.wait("window.outcome && window.outcome.ws && window.outcome.post", "the other origin's attempts")
+            outcome = page.js("window.outcome")
+            assert outcome == {"ws": "refused", "post": "refused"}, outcome
+            assert len(app.state.manager.runs) == runs and len(replays) == read  # nothing started, nothing read
         finally:
             for _ in range(8):
                 gate.release()  # nothing stays blocked on the gate

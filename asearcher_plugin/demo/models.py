@@ -31,14 +31,14 @@ def reference_policy_available() -> bool:
 def choices() -> list[dict]:
     """The model choices the page lists (the reference policy only when its module is installed)."""
     items = [
-        {"kind": "tiny", "label": "tiny CPU model (random weights: it rarely forms an action)"},
-        {"kind": "hf", "label": "local HF model (folder path)"},
-        {"kind": "openai", "label": "OpenAI-compatible server (URL)"},
+        {"kind": "tiny", "label": "tiny CPU model (random weights)"},
+        {"kind": "hf", "label": "local HF model (folder)"},
+        {"kind": "openai", "label": "OpenAI-compatible server"},
     ]
     if reference_policy_available():
         from ..agent.reference_policy import NAME
 
-        items.insert(0, {"kind": "reference", "label": f"{NAME} (not a model: searches, reads, answers by rule)"})
+        items.insert(0, {"kind": "reference", "label": f"{NAME} (not a model)"})
     return items
 
 

@@ -125,7 +125,7 @@ class RunManager:
         try:
             config = self.agent_config(request)
             await self._check_tools(run, config)
-            run.emit("status", text="loading the model")
+            run.emit("status", text="loading the model (once: later runs reuse it)")
             engine = await self.models.engine(request.model, request.agent_type, request.question, request.golds)
             run.status = "running"
             run.emit("started", model=engine.label, agent_type=request.agent_type, tools=_tools_label(config))
@@ -180,7 +180,7 @@ class RunManager:
     async def _check_tools(self, run: Run, config: AgentConfig) -> None:
         if config.tools.backend == "local":
             url = config.tools.local.urls[0]
-            run.emit("status", text=f"checking the knowledge base at {url}")
+            run.emit("status", text=f"checking the knowledge base at {url} (its first search loads the encoder)")
             from ..tools.preflight import answers_retrieve
 
             try:

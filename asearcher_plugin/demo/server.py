@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ..config import AgentConfig
+from ..reward import AGREE_NOTE, METRIC_NOTES
 from ..template_check import TEMPLATE_FIELDS
 from .endpoints import Endpoints
 from .guard import Access, Guard, is_loopback
@@ -77,6 +78,7 @@ def create_app(
             # whether the web backend's keys are set, never their values
             "web_keys": {name: bool(os.environ.get(name)) for name in (web.serper_api_key_env, web.jina_api_key_env)},
             "max_question_chars": MAX_QUESTION_CHARS,
+            "metric_notes": {**METRIC_NOTES, "agree": AGREE_NOTE},
         }
 
     @app.get("/api/runs/{run_id}")

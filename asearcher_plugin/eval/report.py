@@ -11,6 +11,7 @@ import io
 
 from ..agent.text_turns import turn_spans
 from ..records import EvalRow
+from ..reward import AGREE_NOTE, METRIC_NOTES
 from .card import banner, card_rows
 
 HEADLINE = ("f1", "em", "cover_em", "substring", "judge")
@@ -116,6 +117,10 @@ def _turns_html(text: str, question: str) -> str:
     return "\n".join(f'<pre class="{cls}">{html.escape(piece)}</pre>' for cls, piece in pieces if piece.strip())
 
 
+def _metric_legend() -> str:
+    return "; ".join(f"{name}: {note}" for name, note in METRIC_NOTES.items()) + ". " + AGREE_NOTE
+
+
 def _esc(value) -> str:
     """Every value from a trajectories file or its metrics, whatever its type, goes into the page as text."""
     return html.escape(str(value))
@@ -155,7 +160,7 @@ pre {{ white-space: pre-wrap; padding: 6px; margin: 4px 0; }} pre.model {{ backg
 pre.prompt {{ background: #fafafa; color: #555; max-height: 12em; overflow: auto; }}
 pre.tool {{ background: #f4f4f4; color: #333; max-height: 18em; overflow: auto; }}
 .banner {{ background: #fff3cd; border: 2px solid #d39e00; padding: 10px 14px; font-weight: bold; }}
-#card td {{ font-size: 0.9em; word-break: break-all; }}
+#card td {{ font-size: 0.9em; word-break: break-all; }} .note {{ color: #555; font-size: 0.9em; }}
 details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summary, details.error summary {{ color: #b00; }}
 </style></head><body>
 {_banner_html(metrics.get("card"))}
@@ -163,6 +168,7 @@ details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summ
 <p>{e(_counts(metrics))}; k = {e(k)}.</p>
 <table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{e(k)} (95% CI)</th><th>Pass@{e(k)} (95% CI)</th></tr>
 {table}</table>
+<p class="note">{e(_metric_legend())}</p>
 {_card_html(metrics.get("card"))}
 <h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">
 <h2>Trajectories</h2>

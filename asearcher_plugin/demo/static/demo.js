@@ -6,6 +6,7 @@ const runs = new Map();     // run id -> card state
 const pending = new Map();  // request ref -> question (until accepted or rejected)
 let socket = null;
 let nextRef = 1;
+let metricNotes = {};
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -18,6 +19,7 @@ function el(tag, cls, text) {
 async function loadOptions() {
   const res = await fetch("/api/options");
   const opts = await res.json();
+  metricNotes = opts.metric_notes || {};
   const kind = $("model-kind");
   for (const m of opts.models) {
     const o = el("option", null, m.label);
@@ -32,7 +34,10 @@ async function loadOptions() {
     if (t === "asearcher") o.selected = true;
     $("agent-type").appendChild(o);
   }
-  $("kb-url").value = opts.kb_url;
+  // Only servers given at launch: the page picks among them, it cannot name another.
+  for (const url of opts.kb_urls) $("kb-url").appendChild(Object.assign(el("option", null, url), { value: url }));
+  for (const url of opts.model_urls) $("model-url").appendChild(Object.assign(el("option", null, url), { value: url }));
+  $("model-url-none").hidden = opts.model_urls.length > 0;
   const keys = Object.entries(opts.web_keys).map(([k, set]) => `${k} ${set ? "set" : "not set"}`);
   $("web-keys").textContent = "web backend: " + keys.join(", ") + " in the server's environment";
 }
@@ -271,7 +276,9 @@ function resultElement(ev) {
     const table = el("table", "scores");
     const hr = el("tr"), vr = el("tr");
     for (const [k, v] of Object.entries(ev.scores)) {
-      hr.appendChild(el("th", null, k));
+      const th = el("th", null, k);
+      if (metricNotes[k]) th.title = metricNotes[k];
+      hr.appendChild(th);
       vr.appendChild(el("td", null, Number(v).toFixed(3)));
     }
     if (ev.reward !== null && ev.reward !== undefined) {
@@ -280,6 +287,7 @@ function resultElement(ev) {
     }
     table.append(hr, vr);
     box.appendChild(table);
+    if (metricNotes.agree) box.appendChild(el("div", "hint", metricNotes.agree + " (hover a name for its meaning)"));
   }
   const s = ev.stats || {};
   box.appendChild(el("div", "hint",
@@ -313,13 +321,20 @@ async function openReplay(text, name) {
   f.meta.textContent = `${data.rows.length} trajectories` + (data.problems.length ? ` · skipped: ${data.problems.join("; ")}` : "");
   const list = el("div", "replay-list");
   f.body.before(list);
-  data.rows.forEach((row, i) => {
+  // In question order (a file lists them in the order they finished), the one shown marked.
+  const order = new Intl.Collator(undefined, { numeric: true });
+  const rows = [...data.rows].sort((a, b) =>
+    order.compare(a.dataset, b.dataset) || order.compare(a.id, b.id) || a.seed - b.seed);
+  rows.forEach((row, i) => {
     const score = row.scores && row.scores.f1 !== undefined ? ` f1 ${Number(row.scores.f1).toFixed(2)}` : "";
     const b = el("button", "ghost pick", `${row.dataset}/${row.id} #${row.seed} ${row.status}${score}`);
     b.type = "button";
-    b.onclick = () => showReplay(f, row);
+    b.onclick = () => {
+      for (const other of list.children) other.setAttribute("aria-pressed", String(other === b));
+      showReplay(f, row);
+    };
     list.appendChild(b);
-    if (i === 0) showReplay(f, row);
+    if (i === 0) b.onclick();
   });
 }
 
