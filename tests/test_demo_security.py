@@ -48,10 +48,12 @@ def capture():
 
 
 @pytest.fixture(scope="module")
-def demo(kb_server, tiny_model, capture):
+def demo(tiny_model, capture):
     _, internal = capture
-    # the operator's launch: the sample KB, and (for the read-back probe) an internal service given as a KB URL
-    app = create_app([kb_server, internal + "/admin?x="], tiny_model, access=Access.for_bind("127.0.0.1", token=TOKEN))
+    # the operator's launch: a KB (no run here gets as far as searching it), and for the read-back probe an internal
+    # service given as a KB URL
+    kb_urls = [f"http://127.0.0.1:{free_port()}", internal + "/admin?x="]
+    app = create_app(kb_urls, tiny_model, access=Access.for_bind("127.0.0.1", token=TOKEN))
     with serve_app(app) as url:
         yield url
 
@@ -212,6 +214,32 @@ def test_a_large_adversarial_replay_does_not_hold_other_requests(demo):
     assert len(gaps) >= 3  # other requests were answered while the file was read
     # Generous on 2 shared cores: the quadratic reader held the whole server for 14.5 s on a 48 KB file.
     assert max(gaps) < 1.5, gaps
+
+
+def test_replay_is_read_off_the_event_loop(demo, monkeypatch):
+    """The file is read in a worker thread: while it is being read, the server answers another request."""
+    from asearcher_plugin.demo import server
+
+    real, answered = server.read_lines, threading.Event()
+
+    def reader(text):
+        if not answered.wait(30):
+            raise RuntimeError("no other request was answered while the file was read")
+        return real(text)
+
+    monkeypatch.setattr(server, "read_lines", reader)
+    line = json.dumps({"id": "a", "dataset": "x", "seed": 0, "question": "q", "golden_answers": [], "text": "t"})
+    result = {}
+    poster = threading.Thread(
+        target=lambda: result.update(r=httpx.post(demo + "/api/replay", content=line, headers=AUTH, timeout=60))
+    )
+    poster.start()
+    try:
+        assert httpx.get(demo + "/api/options", headers=AUTH, timeout=20).status_code == 200
+    finally:
+        answered.set()
+        poster.join()
+    assert result["r"].status_code == 200
 
 
 def test_replay_refuses_other_origins_and_large_files(demo):
