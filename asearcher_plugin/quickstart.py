@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -26,13 +27,22 @@ def run_quickstart(
     model: str,
     tokenizer: str | None,
     console: Console,
+    keep_serving: bool = False,
 ) -> Path:
+    """The scripted reference policy's report; `keep_serving` leaves the KB server up until Ctrl-C or SIGTERM."""
+    from local_retriever.server_process import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # `kill PID` stops the child server too
+        return _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving)
+
+
+def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving) -> Path:
     import ray
 
     from local_retriever.build import build_kb
     from local_retriever.manifest import MANIFEST_FILE
     from local_retriever.sample import load_sample_questions, sample_dump_path
-    from local_retriever.server_process import start_server, wait_healthy
+    from local_retriever.server_process import check_port_free, serve_command, start_server, wait_healthy
 
     from .agent.reference_policy import NAME as REFERENCE
     from .agent.reference_policy import ReferencePolicy
@@ -53,6 +63,7 @@ def run_quickstart(
             f"built {manifest.passages} passages from {manifest.pages} Wikipedia articles in {manifest.build_seconds}s"
         )
     url = f"http://127.0.0.1:{port}"
+    check_port_free("127.0.0.1", port)  # else another server there would answer in this one's place
     server = start_server(kb, port, "hybrid")
     try:
         health = wait_healthy(url, server)
@@ -74,7 +85,9 @@ def run_quickstart(
 
         console.rule("3/4 streaming rollout on Ray (CPU engines, no training)")
         prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
-        ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        with warnings.catch_warnings():  # Ray's tip about a future default for GPU variables: no GPU here
+            warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
+            ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
         try:
             stats = (
                 asyncio.run(
@@ -121,10 +134,28 @@ def run_quickstart(
             )
         )
         _print_result(console, ref, k, REFERENCE)
-        console.print(f"[bold]{REFERENCE} report: {(ref / 'report.html').resolve()}[/bold]")
-        report = (out / "report.html").resolve()
-        console.print(f"[bold]report: {report}[/bold]")
+        # The policy's report leads: it shows the agent searching, reading and answering; the model's sits beside
+        # it, and on the tiny random model it is all zeros.
+        report = (ref / "report.html").resolve()
+        console.print(
+            f"[bold]report, the agent at work ({REFERENCE}, a script, not a model): {report}[/bold]", soft_wrap=True
+        )
+        who = f"served model {model}" if base_url else "tiny random model, its answers noise"
+        console.print(f"report beside it ({who}): {(out / 'report.html').resolve()}", soft_wrap=True)
+        if keep_serving:
+            console.print(f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C stops it", soft_wrap=True)
+            server.wait()
+        else:
+            again = serve_command(kb, port, "hybrid")
+            console.print(
+                f"knowledge-base server stopped; `asearcher quickstart --keep-serving` leaves it up, or serve it "
+                f"again for `asearcher kb query` and `asearcher eval`: {again}",
+                soft_wrap=True,
+            )
         return report
+    except KeyboardInterrupt:
+        console.print("interrupted; knowledge-base server stopped")
+        raise
     finally:
         server.terminate()
         server.wait(timeout=30)
