@@ -92,7 +92,7 @@ def quickstart(
     workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
     from local_retriever.server_process import PortInUse
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a line not cut at 80 columns in a pipe: paths are copied
     try:
         run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, console, keep_serving)
     except PortInUse as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import warnings
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_
         prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
         with warnings.catch_warnings():  # Ray's tip about a future default for GPU variables: no GPU here
             warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
-            ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+            ray.init(
+                include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level=logging.WARNING
+            )
         try:
             stats = (
                 asyncio.run(

@@ -17,7 +17,7 @@ from .kb import RetrieverName
 from .options import choice, out_dir, split_list
 
 app = typer.Typer(help="Local knowledge base: build, serve and query a Wikipedia-style corpus.", no_args_is_help=True)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a line not cut at 80 columns in a pipe: commands are copied
 
 
 # Choices as enums, from the types the code takes: click refuses a typo before any work starts, --help lists them.

@@ -87,14 +87,40 @@ def test_serve_and_query_processes(sample_kb):
 
 @pytest.mark.slow
 def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
+    import os
+    import re
     import shutil
+    import signal
+
+    from tests.helpers import CLI
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
-    out = run_cli("kb", "quickstart", "--out", str(kb), "--port", str(free_port()), "--retriever", "bm25")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
-    assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in out.stderr
+    port = free_port()
+    cmd = [*CLI, "kb", "quickstart", "--out", str(kb), "--port", str(port), "--retriever", "bm25", "--keep-serving"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen, child = [], None
+    try:
+        for line in proc.stderr:  # up to the line that says the server stays up
+            seen.append(line)
+            if found := re.search(r"server running \(pid (\d+)\)", line):
+                child = int(found.group(1))
+                break
+        err = "".join(seen)
+        assert child is not None, err[-2000:]
+        assert "78 questions: recall@1" in err and "reusing the knowledge base" in err
+        assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in err
+        assert f"try it: curl -s http://127.0.0.1:{port}/retrieve -H 'content-type: application/json' -d" in err
+        # `kill PID` of the quickstart stops the server it started, not only itself
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        # the quickstart waits for its server before it exits: once it is gone, so is the server (else it would still
+        # run, adopted by init)
+        assert not os.path.exists(f"/proc/{child}"), f"the server (pid {child}) outlived the quickstart's SIGTERM"
+    finally:
+        proc.kill()
+        if child is not None and os.path.exists(f"/proc/{child}"):
+            os.kill(child, signal.SIGKILL)
 
 
 @pytest.mark.slow
