@@ -79,8 +79,10 @@ setup(
         "ray==2.55.0",  # quickstart, rollout and synth run on Ray; the version OpenRLHF 0.11.2 pins
     ],
     extras_require={
-        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
-        "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
+        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster. flash-attn, which
+        # OpenRLHF's models import, is not here: it builds against the torch already installed, which pip's isolated
+        # build does not see, so it goes in afterwards with `pip install flash-attn --no-build-isolation`.
+        "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "ray[default]==2.55.0"],
         # `asearcher train --cpu`: OpenRLHF's training on CPU with real vLLM (its CPU build, the version OpenRLHF
         # pins); openrlhf itself goes in with --no-deps and deepspeed without its CUDA ops (scripts/test.sh)
         "cpu-harness": CPU_HARNESS,

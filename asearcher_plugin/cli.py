@@ -294,11 +294,10 @@ def main() -> None:
         if top not in EXTRA_MODULES:
             raise
         extra = EXTRA_MODULES[top]
-        typer.echo(
-            f"error: {top} is not installed; it comes with the [{extra}] extra: "
-            f"pip install 'asearcher-plugin[{extra}]'",
-            err=True,
-        )
+        how = f"it comes with the [{extra}] extra: pip install 'asearcher-plugin[{extra}]'"
+        if top == "flash_attn":  # built against the installed torch, so not in the extra (setup.py)
+            how = "after the [train] extra: pip install flash-attn --no-build-isolation"
+        typer.echo(f"error: {top} is not installed; {how}", err=True)
         raise SystemExit(2) from None
 
 

@@ -169,6 +169,31 @@ def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert [line for line in out.stderr.splitlines() if "pip install 'asearcher-plugin[train]'" in line], out.stderr
+    assert "to check recipes only: pip install --no-deps openrlhf==0.11.2 pylatexenc" in out.stderr
+
+
+@pytest.mark.parametrize("missing", ["pylatexenc"])
+def test_a_dry_run_on_openrlhf_without_its_parser_imports_says_what_to_install(tmp_path, missing):
+    """`pip install --no-deps openrlhf` leaves out what its parser's block imports (openrlhf.utils -> pylatexenc)."""
+    hide = f"import sys; sys.modules[{missing!r}] = None; "  # as if not installed
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            hide + "from asearcher_plugin.cli import main; main()",
+            "train",
+            "cpu_tiny",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert f"OpenRLHF's parser needs {missing}, not installed" in line
+    assert "pip install --no-deps openrlhf==0.11.2 pylatexenc" in line
 
 
 def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, capsys):
