@@ -20,6 +20,9 @@ CPU_HARNESS = [
     "wheel",
 ]
 
+# The documentation site (mkdocs.yml, docs/): `pip install -e ".[docs]"`, then `mkdocs serve`
+DOCS = ["mkdocs>=1.6", "mkdocs-material>=9.5"]
+
 setup(
     name="asearcher-plugin",
     version="0.1.0",
@@ -96,10 +99,9 @@ setup(
             "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
-            # scripts/test.sh: the documentation site (mkdocs.yml, docs/), built with --strict
-            "mkdocs>=1.6",
-            "mkdocs-material>=9.5",
+            *DOCS,  # scripts/test.sh: the documentation site, built with --strict
         ],
+        "docs": DOCS,
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
     entry_points={
