@@ -123,33 +123,6 @@ def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path)
             os.kill(child, signal.SIGKILL)
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
-    import shutil
-
-    shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
-    out = run_cli(
-        "quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    rollout = (tmp_path / "rollout" / "trajectories.jsonl").read_text().splitlines()
-    assert len(rollout) == 3 * 2 * 2
-    report = tmp_path / "eval" / "report.html"
-    assert report.is_file() and f"report: {report.resolve()}" in out.stderr.replace("\n", "")
-    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["items_ok"] == 3
-    assert "untrained random model" in (tmp_path / "eval" / "summary.md").read_text().splitlines()[2]
-    # Beside the tiny model, the scripted reference policy: trajectories that search, read a page and answer.
-    ref = json.loads((tmp_path / "eval-reference" / "metrics.json").read_text())
-    assert ref["items_ok"] == 3 and ref["card"]["model"]["engine"] == "scripted reference policy"
-    dist = ref["datasets"]["overall"]["distributions"]
-    assert (
-        dist["searches"]["mean"] == 1
-        and dist["accesses"]["mean"] == 1
-        and ref["datasets"]["overall"]["f1"]["pass@1"] > 0
-    )
-
-
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
     recipe = "cpu_tiny"  # the packaged recipe, by name
     hide = "import sys; sys.modules.update(dict.fromkeys(['openrlhf', 'vllm', 'deepspeed'])); "  # as if not installed
