@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -146,20 +147,31 @@ def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_
         who = f"served model {model}" if base_url else "tiny random model, its answers noise"
         console.print(f"report beside it ({who}): {(out / 'report.html').resolve()}", soft_wrap=True)
         if keep_serving:
-            console.print(f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C stops it", soft_wrap=True)
-            server.wait()
-        else:
-            again = serve_command(kb, port, "hybrid")
             console.print(
-                f"knowledge-base server stopped; `asearcher quickstart --keep-serving` leaves it up, or serve it "
-                f"again for `asearcher kb query` and `asearcher eval`: {again}",
+                f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C or `kill {os.getpid()}` stops it",
                 soft_wrap=True,
             )
+            try:
+                server.wait()
+            except KeyboardInterrupt:  # the way a server is stopped: not a failure
+                pass
+        _stop(server)
+        console.print(
+            "knowledge-base server stopped; `asearcher quickstart --keep-serving` leaves it up, or serve it again "
+            f"for `asearcher kb query` and `asearcher eval`: {serve_command(kb, port, 'hybrid')}",
+            soft_wrap=True,
+        )
         return report
     except KeyboardInterrupt:
+        _stop(server)
         console.print("interrupted; knowledge-base server stopped")
         raise
     finally:
+        _stop(server)
+
+
+def _stop(server) -> None:
+    if server.poll() is None:
         server.terminate()
         server.wait(timeout=30)
 

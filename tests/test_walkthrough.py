@@ -25,7 +25,8 @@ import pytest
 
 from local_retriever.server_process import free_port, wait_until_up
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+# the quickstart and the tour together take minutes on 2 shared cores: more than the suite's default per test
+pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["README.md", "docs/getting-started.md"]
@@ -61,25 +62,37 @@ def package_names(pip_line: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def quickstart(sample_kb, tmp_path_factory):
-    """`asearcher quickstart` on 3 questions once, its KB build taken from the suite's; (folder, its stderr)."""
+    """`asearcher quickstart --keep-serving` on 3 questions once, its KB build taken from the suite's, stopped with
+    SIGTERM once it says its server stays up; (folder, its stderr, the server's pid)."""
     import shutil
 
     home = tmp_path_factory.mktemp("newcomer")
     shutil.copytree(sample_kb, home / "runs" / "sample-kb")  # the KB build has its own tests; reuse it
-    out = subprocess.run(
-        [sys.executable, "-m", "asearcher_plugin.cli", "quickstart", "--port", str(free_port())]
-        + ["--questions", "3", "--k", "1"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=home,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return home, out.stderr
+    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "quickstart", "--port", str(free_port())]
+    cmd += ["--questions", "3", "--k", "1", "--keep-serving"]
+    proc = subprocess.Popen(cmd, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen, server = [], None
+    try:
+        for line in proc.stderr:  # up to the line that says the server stays up
+            seen.append(line)
+            if found := re.search(r"knowledge base still serving at \S+ \(pid (\d+)\)", line):
+                server = int(found.group(1))
+                break
+        assert server is not None, "".join(seen)[-3000:]
+        proc.send_signal(signal.SIGTERM)  # as `kill PID`
+        rest = proc.communicate(timeout=120)[1]
+    finally:
+        proc.kill()
+        if server is not None and os.path.exists(f"/proc/{server}"):
+            os.kill(server, signal.SIGKILL)
+    return home, "".join(seen) + rest, server, proc.returncode
 
 
 def test_quickstart_runs_the_whole_path_and_leads_with_the_agent_at_work(quickstart):
-    home, err = quickstart
+    home, err, server, status = quickstart
+    # stopped with SIGTERM while it kept serving: a clean end, and its server went with it
+    assert status == 0, err[-3000:]
+    assert not os.path.exists(f"/proc/{server}"), f"the server (pid {server}) outlived the quickstart's SIGTERM"
     runs = home / "runs"
     assert len((runs / "rollout" / "trajectories.jsonl").read_text().splitlines()) == 3 * 2 * 2
     assert json.loads((runs / "eval" / "metrics.json").read_text())["items_ok"] == 3
@@ -93,20 +106,21 @@ def test_quickstart_runs_the_whole_path_and_leads_with_the_agent_at_work(quickst
     # The last lines: the policy's report first, the random model's beside it, how to get the server back; each
     # whole on its line (copied and pasted), with no log noise before them.
     lines = err.splitlines()
-    tail = lines[-3:]
+    tail = lines[-4:]
     assert tail[0].startswith("report, the agent at work (scripted reference policy")
     assert tail[0].endswith(str((runs / "eval-reference" / "report.html").resolve()))
     assert tail[1].startswith("report beside it (tiny random model") and tail[1].endswith(
         str((runs / "eval" / "report.html").resolve())
     )
-    assert "--keep-serving" in tail[2] and tail[2].endswith("--retriever hybrid")
+    assert tail[2].startswith("knowledge base still serving at http://127.0.0.1:")
+    assert "--keep-serving" in tail[3] and tail[3].endswith("--retriever hybrid")
     assert any(line.startswith("scripted reference policy: 3 items, F1 Avg@1") for line in lines)
     for noise in ("DEBUG", "FutureWarning", "past_key_values", "Started a local Ray instance"):
         assert noise not in err, noise
 
 
 def test_every_command_of_the_readme_and_getting_started_runs_in_order(quickstart):
-    home, _ = quickstart
+    home = quickstart[0]
     ports = {"5005": str(free_port()), "8000": str(free_port())}
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     background: list[subprocess.Popen] = []
