@@ -11,9 +11,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -35,10 +37,11 @@ def run_quickstart(
     from local_retriever.server_process import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # `kill PID` stops the child server too
-        return _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving)
+        on_sigterm = signal.getsignal(signal.SIGTERM)
+        return _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving, on_sigterm)
 
 
-def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving) -> Path:
+def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving, on_sigterm) -> Path:
     import ray
 
     from local_retriever.build import build_kb
@@ -113,6 +116,8 @@ def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_
             )
         finally:
             ray.shutdown()
+            with contextlib.suppress(ValueError):  # ValueError: not the main thread, where nothing was installed
+                signal.signal(signal.SIGTERM, on_sigterm)  # Ray's init and shutdown replaced it
         if stats:
             console.print(
                 f"{stats['trajectories']} trajectories in {stats['seconds']:.0f}s "
