@@ -72,3 +72,12 @@ def test_a_resume_compares_what_was_run_not_where_the_servers_were():
     assert settings_changed(card(), card(temperature=1.0)) == ["model.sampling.temperature"]
     assert settings_changed(card(), {**card(), "k": 4}) == ["k"]
     assert settings_changed(card(), card(manifest_sha256="b")) == ["kb.manifest_sha256"]
+
+
+def test_bm25s_logs_at_the_level_the_command_asked_for():
+    """bm25s sets its own logger to DEBUG on import: a `DEBUG bm25s` line under the default `--log-level warning`."""
+    import logging
+
+    import local_retriever.sparse  # noqa: F401 - the import is what is tested
+
+    assert logging.getLogger("bm25s").level == logging.NOTSET  # it follows the root logger's level
