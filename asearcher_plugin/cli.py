@@ -90,6 +90,7 @@ def quickstart(
     from asearcher_plugin.quickstart import run_quickstart
 
     workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
+    from asearcher_plugin.eval.runner import ResumeRefused
     from local_retriever.server_process import PortInUse
 
     console = Console(stderr=True, soft_wrap=True)  # a line not cut at 80 columns in a pipe: paths are copied
@@ -97,6 +98,9 @@ def quickstart(
         run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, console, keep_serving)
     except PortInUse as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ResumeRefused as exc:  # a re-run with another --k or model into the same folder
+        typer.echo(f"error: {ResumeRefused(exc.folder, exc.fields, 'remove that folder')}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

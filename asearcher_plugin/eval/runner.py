@@ -73,10 +73,7 @@ async def run_eval(
     )
     changed = settings_changed(_stored_card(out_dir), card)
     if changed and not other_settings:
-        raise ResumeRefused(
-            f"{out_dir} holds a run with other settings ({', '.join(changed[:6])}"
-            f"{', ...' if len(changed) > 6 else ''}): give another --out, or --resume-other-settings to add to it"
-        )
+        raise ResumeRefused(out_dir, changed)
     if changed:
         log.warning("resuming %s with other settings than its first run: %s", out_dir, ", ".join(changed[:12]))
     path = out_dir / "trajectories.jsonl"
@@ -129,7 +126,12 @@ async def run_eval(
 
 
 class ResumeRefused(ValueError):
-    """The output folder holds a run whose eval card differs from this one's."""
+    """The output folder holds a run whose eval card differs from this one's in `fields`."""
+
+    def __init__(self, folder: Path, fields: list[str], remedy: str = "--resume-other-settings to add to it"):
+        self.folder, self.fields = folder, fields
+        shown = ", ".join(fields[:6]) + (", ..." if len(fields) > 6 else "")
+        super().__init__(f"{folder} holds a run with other settings ({shown}): give another --out, or {remedy}")
 
 
 # Where the servers are, not what they serve: a KB or model moved to another port is the same run. A KB that did not
