@@ -152,13 +152,14 @@ def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_
         who = f"served model {model}" if base_url else "tiny random model, its answers noise"
         console.print(f"report beside it ({who}): {(out / 'report.html').resolve()}", soft_wrap=True)
         if keep_serving:
-            console.print(
-                f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C or `kill {os.getpid()}` stops it",
-                soft_wrap=True,
-            )
-            try:
+            try:  # the way a kept server is stopped, from here on (a signal may come as soon as the line is out)
+                console.print(
+                    f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C or `kill {os.getpid()}` "
+                    "stops it",
+                    soft_wrap=True,
+                )
                 server.wait()
-            except KeyboardInterrupt:  # the way a server is stopped: not a failure
+            except KeyboardInterrupt:  # not a failure
                 pass
         _stop(server)
         console.print(
