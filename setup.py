@@ -20,6 +20,9 @@ CPU_HARNESS = [
     "wheel",
 ]
 
+# The documentation site (mkdocs.yml, docs/): `pip install -e ".[docs]"`, then `mkdocs serve`
+DOCS = ["mkdocs>=1.6", "mkdocs-material>=9.5"]
+
 setup(
     name="asearcher-plugin",
     version="0.1.0",
@@ -79,8 +82,10 @@ setup(
         "ray==2.55.0",  # quickstart, rollout and synth run on Ray; the version OpenRLHF 0.11.2 pins
     ],
     extras_require={
-        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster
-        "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "flash-attn", "ray[default]==2.55.0"],
+        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster. flash-attn, which
+        # OpenRLHF's models import, is not here: it builds against the torch already installed, which pip's isolated
+        # build does not see, so it goes in afterwards with `pip install flash-attn --no-build-isolation`.
+        "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "ray[default]==2.55.0"],
         # `asearcher train --cpu`: OpenRLHF's training on CPU with real vLLM (its CPU build, the version OpenRLHF
         # pins); openrlhf itself goes in with --no-deps and deepspeed without its CUDA ops (scripts/test.sh)
         "cpu-harness": CPU_HARNESS,
@@ -94,10 +99,9 @@ setup(
             "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
-            # scripts/test.sh: the documentation site (mkdocs.yml, docs/), built with --strict
-            "mkdocs>=1.6",
-            "mkdocs-material>=9.5",
+            *DOCS,  # scripts/test.sh: the documentation site, built with --strict
         ],
+        "docs": DOCS,
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
     entry_points={

@@ -9,6 +9,9 @@ import typer
 
 from local_retriever.options import deprecated, out_dir, split_list
 
+from .cli_help import show_flags_without_type
+
+show_flags_without_type()
 app = typer.Typer(help="Long-horizon search agents for OpenRLHF.", no_args_is_help=True)
 
 # Other packages add their sub-commands (`kb` from local_retriever, `synth` from data_synth) through this
@@ -45,16 +48,20 @@ def configure_logging(
     ),
 ):
     import logging
+    import sys
 
     from rich.console import Console
     from rich.logging import RichHandler
 
-    # basicConfig leaves a root logger that something configured first alone; the level is set either way.
-    logging.basicConfig(
-        format="%(name)s: %(message)s",
-        datefmt="[%X]",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False)],
-    )
+    # basicConfig leaves a root logger that something configured first alone; the level is set either way. Rich on a
+    # terminal; elsewhere (a pipe, a log file, CI) one plain line per record, not wrapped at 80 columns.
+    if sys.stderr.isatty():
+        handler: logging.Handler = RichHandler(console=Console(stderr=True), show_path=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s", datefmt="[%X]"))
+    else:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%X"))
+    logging.basicConfig(handlers=[handler])
     logging.getLogger().setLevel(log_level.value.upper())
 
 
@@ -71,6 +78,9 @@ def quickstart(
     ),
     model: str = typer.Option("default", help="model name on that server"),
     tokenizer: str = typer.Option(None, help="tokenizer path for --base-url (defaults to --model)"),
+    keep_serving: bool = typer.Option(
+        False, "--keep-serving", help="leave the knowledge-base server up at the end, until Ctrl-C"
+    ),
 ):
     """The whole path on CPU: sample KB served, tiny model, streaming rollout on Ray, evaluation, HTML report."""
     from pathlib import Path
@@ -80,7 +90,20 @@ def quickstart(
     from asearcher_plugin.quickstart import run_quickstart
 
     workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
-    run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, Console(stderr=True))
+    from asearcher_plugin.eval.runner import ResumeRefused
+    from local_retriever.server_process import PortInUse
+
+    console = Console(stderr=True, soft_wrap=True)  # a line not cut at 80 columns in a pipe: paths are copied
+    try:
+        run_quickstart(workdir, port, questions, k, split_list(base_url), model, tokenizer, console, keep_serving)
+    except PortInUse as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ResumeRefused as exc:  # a re-run with another --k or model into the same folder
+        typer.echo(f"error: {ResumeRefused(exc.folder, exc.fields, 'remove that folder')}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 @app.command()
@@ -259,6 +282,13 @@ def demo(
     ),
 ):
     """A web page: ask a question, watch the agent search, read and answer turn by turn; replay eval trajectories."""
+    from local_retriever.server_process import PortInUse, check_port_free
+
+    try:
+        check_port_free(host, port)  # before the page's start-up, not after its "serving" line
+    except PortInUse as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     from asearcher_plugin.demo.server import serve
 
     serve(host, port, kb_url, tiny_model, tuple(model_url), tuple(allow_host))
@@ -279,11 +309,10 @@ def main() -> None:
         if top not in EXTRA_MODULES:
             raise
         extra = EXTRA_MODULES[top]
-        typer.echo(
-            f"error: {top} is not installed; it comes with the [{extra}] extra: "
-            f"pip install 'asearcher-plugin[{extra}]'",
-            err=True,
-        )
+        how = f"it comes with the [{extra}] extra: pip install 'asearcher-plugin[{extra}]'"
+        if top == "flash_attn":  # built against the installed torch, so not in the extra (setup.py)
+            how = "after the [train] extra: pip install flash-attn --no-build-isolation"
+        typer.echo(f"error: {top} is not installed; {how}", err=True)
         raise SystemExit(2) from None
 
 

@@ -10,6 +10,7 @@ eval_app = typer.Typer(
     help="Evaluate an agent: Avg@k / Pass@k with EM, F1, cover-EM, substring (and the judge if configured); "
     "`asearcher eval compare A B` compares two runs.",
     invoke_without_command=True,
+    subcommand_metavar="[compare RUN_A RUN_B]",  # eval runs without a sub-command; `compare` is the only one
 )
 
 
@@ -40,7 +41,14 @@ def eval_cmd(
         help="with --data-dir: folder names, e.g. GAIA,Frames; repeatable, or comma-separated",
     ),
     split: str = typer.Option("test", help="with --data-dir: the file name inside each dataset folder"),
-    out: str = typer.Option("runs/eval", help="output folder (re-running resumes it)"),
+    out: str = typer.Option(
+        "runs/eval", help="output folder (re-running resumes it; a folder holding other settings is refused)"
+    ),
+    other_settings: bool = typer.Option(
+        False,
+        "--resume-other-settings",
+        help="add to a folder whose run had other settings (its metrics then mix both)",
+    ),
     k: int = typer.Option(1, help="runs per question (seeds 0..k-1): Avg@k and Pass@k"),
     hf_model: str = typer.Option(None, help="evaluate an in-process transformers model (CPU or GPU)"),
     base_url: list[str] = typer.Option(
@@ -91,7 +99,7 @@ def eval_cmd(
     from asearcher_plugin.config import ConfigError, load_config, override_agent_config
     from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets, plan_datasets
     from asearcher_plugin.eval.like import LikeError, load_like, unmatched
-    from asearcher_plugin.eval.runner import run_eval
+    from asearcher_plugin.eval.runner import ResumeRefused, run_eval
 
     def given(name: str) -> bool:  # by name: typer may carry its own copy of click's enum
         return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
@@ -151,26 +159,67 @@ def eval_cmd(
             typer.echo(f"cannot match {field}: it was {before}, here it is {after}", err=True)
         if not problems:
             typer.echo("every field of its eval card is matched", err=True)
-    folder = asyncio.run(
-        run_eval(
-            items,
-            config,
-            engine,
-            tok,
-            Path(out),
-            k,
-            concurrency,
-            max_length,
-            temperature,
-            top_p,
-            sources=sources,
-            limit=limit,
-            question_key=question_key,
-            answer_key=answer_key,
+    if config.tools.backend == "local":
+        _warn_if_kb_down(config.tools.local.urls)
+    try:
+        folder = asyncio.run(
+            run_eval(
+                items,
+                config,
+                engine,
+                tok,
+                Path(out),
+                k,
+                concurrency,
+                max_length,
+                temperature,
+                top_p,
+                sources=sources,
+                limit=limit,
+                question_key=question_key,
+                answer_key=answer_key,
+                other_settings=other_settings,
+            )
         )
-    )
+    except ResumeRefused as exc:
+        raise _fail(str(exc)) from None
     typer.echo((folder / "summary.md").read_text())
     typer.echo(f"report: {(folder / 'report.html').resolve()}")
+    _exit_if_nothing_scored(folder)
+
+
+def _warn_if_kb_down(urls: list[str]) -> None:
+    """One line before a run whose every search would fail: the items are recorded as failed, not scored."""
+    from asearcher_plugin.tools.preflight import answers_retrieve
+
+    for url in urls:
+        try:
+            answers_retrieve(url, timeout=10.0)
+            return
+        except Exception:  # noqa: BLE001 - any failure means this server cannot be searched
+            continue
+    from local_retriever.server_process import serve_command
+
+    typer.echo(
+        f"warning: no knowledge-base server answers at {', '.join(urls)}; every search will fail. "
+        f"Start one with `{serve_command()}` (after `asearcher quickstart`) or pass --kb-url",
+        err=True,
+    )
+
+
+def _exit_if_nothing_scored(folder) -> None:
+    """An eval whose every item failed for the infrastructure measured nothing: it must not look like a result."""
+    import json
+
+    metrics = json.loads((folder / "metrics.json").read_text())
+    failed, errors = metrics["items_failed"], metrics.get("items_error", 0)
+    if metrics["items_ok"] == 0 and failed + errors > 0:
+        typer.echo(
+            f"error: no item was scored: {failed} failed for infrastructure reasons (the knowledge base or the "
+            f"model server did not answer), {errors} on their own; see trajectories.jsonl's `error` fields",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _engine(config, items, hf_model, base_urls, model, tokenizer, reference_policy, earlier):

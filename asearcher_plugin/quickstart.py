@@ -11,7 +11,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import os
+import signal
+import warnings
 from pathlib import Path
 
 from rich.console import Console
@@ -26,13 +31,23 @@ def run_quickstart(
     model: str,
     tokenizer: str | None,
     console: Console,
+    keep_serving: bool = False,
 ) -> Path:
+    """The scripted reference policy's report; `keep_serving` leaves the KB server up until Ctrl-C or SIGTERM."""
+    from local_retriever.server_process import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # `kill PID` stops the child server too
+        on_sigterm = signal.getsignal(signal.SIGTERM)
+        return _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving, on_sigterm)
+
+
+def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_serving, on_sigterm) -> Path:
     import ray
 
     from local_retriever.build import build_kb
     from local_retriever.manifest import MANIFEST_FILE
     from local_retriever.sample import load_sample_questions, sample_dump_path
-    from local_retriever.server_process import start_server, wait_healthy
+    from local_retriever.server_process import check_port_free, serve_command, start_server, wait_healthy
 
     from .agent.reference_policy import NAME as REFERENCE
     from .agent.reference_policy import ReferencePolicy
@@ -53,6 +68,7 @@ def run_quickstart(
             f"built {manifest.passages} passages from {manifest.pages} Wikipedia articles in {manifest.build_seconds}s"
         )
     url = f"http://127.0.0.1:{port}"
+    check_port_free("127.0.0.1", port)  # else another server there would answer in this one's place
     server = start_server(kb, port, "hybrid")
     try:
         health = wait_healthy(url, server)
@@ -74,7 +90,11 @@ def run_quickstart(
 
         console.rule("3/4 streaming rollout on Ray (CPU engines, no training)")
         prompts = [(q["question"], q["golden_answers"]) for q in load_sample_questions()]
-        ray.init(include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        with warnings.catch_warnings():  # Ray's tip about a future default for GPU variables: no GPU here
+            warnings.filterwarnings("ignore", "Tip: In future versions of Ray", FutureWarning)
+            ray.init(
+                include_dashboard=False, log_to_driver=False, ignore_reinit_error=True, logging_level=logging.WARNING
+            )
         try:
             stats = (
                 asyncio.run(
@@ -96,6 +116,8 @@ def run_quickstart(
             )
         finally:
             ray.shutdown()
+            with contextlib.suppress(ValueError):  # ValueError: not the main thread, where nothing was installed
+                signal.signal(signal.SIGTERM, on_sigterm)  # Ray's init and shutdown replaced it
         if stats:
             console.print(
                 f"{stats['trajectories']} trajectories in {stats['seconds']:.0f}s "
@@ -121,11 +143,41 @@ def run_quickstart(
             )
         )
         _print_result(console, ref, k, REFERENCE)
-        console.print(f"[bold]{REFERENCE} report: {(ref / 'report.html').resolve()}[/bold]")
-        report = (out / "report.html").resolve()
-        console.print(f"[bold]report: {report}[/bold]")
+        # The policy's report leads: it shows the agent searching, reading and answering; the model's sits beside
+        # it, and on the tiny random model it is all zeros.
+        report = (ref / "report.html").resolve()
+        console.print(
+            f"[bold]report, the agent at work ({REFERENCE}, a script, not a model): {report}[/bold]", soft_wrap=True
+        )
+        who = f"served model {model}" if base_url else "tiny random model, its answers noise"
+        console.print(f"report beside it ({who}): {(out / 'report.html').resolve()}", soft_wrap=True)
+        if keep_serving:
+            try:  # the way a kept server is stopped, from here on (a signal may come as soon as the line is out)
+                console.print(
+                    f"knowledge base still serving at {url} (pid {server.pid}); Ctrl-C or `kill {os.getpid()}` "
+                    "stops it",
+                    soft_wrap=True,
+                )
+                server.wait()
+            except KeyboardInterrupt:  # not a failure
+                pass
+        _stop(server)
+        console.print(
+            "knowledge-base server stopped; `asearcher quickstart --keep-serving` leaves it up, or serve it again "
+            f"for `asearcher kb query` and `asearcher eval`: {serve_command(kb, port, 'hybrid')}",
+            soft_wrap=True,
+        )
         return report
+    except KeyboardInterrupt:
+        _stop(server)
+        console.print("interrupted; knowledge-base server stopped")
+        raise
     finally:
+        _stop(server)
+
+
+def _stop(server) -> None:
+    if server.poll() is None:
         server.terminate()
         server.wait(timeout=30)
 

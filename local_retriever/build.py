@@ -204,7 +204,9 @@ def _ingest_xml(
 
     pos = 0
     with open(passages_path, "wb") as fh:
-        for page in tqdm(iter_pages(source), desc="pages", unit=" page", disable=not opts.progress):
+        for page in tqdm(
+            iter_pages(source), desc="XML pages read (redirects too)", unit=" page", disable=not opts.progress
+        ):
             if page.ns != 0:
                 continue
             if page.redirect:

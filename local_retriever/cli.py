@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import typer
@@ -16,7 +17,7 @@ from .kb import RetrieverName
 from .options import choice, out_dir, split_list
 
 app = typer.Typer(help="Local knowledge base: build, serve and query a Wikipedia-style corpus.", no_args_is_help=True)
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a line not cut at 80 columns in a pipe: commands are copied
 
 
 # Choices as enums, from the types the code takes: click refuses a typo before any work starts, --help lists them.
@@ -173,8 +174,10 @@ def serve(
     from .kb import KnowledgeBase
     from .server import ServerLimits
     from .server import serve as run
+    from .server_process import PortInUse, check_port_free
 
     try:
+        check_port_free(host, port)
         limits = ServerLimits(
             default_topk=default_topk,
             max_topk=max_topk,
@@ -196,7 +199,7 @@ def serve(
             mmap_index=mmap_index,
             int8_queries=int8_queries,
         )  # type: ignore[arg-type]
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, PortInUse) as exc:
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever.value}) on http://{host}:{port}")
     if save_address_to is None:
@@ -220,12 +223,22 @@ def query(
 ):
     """Query a running server and print the hits."""
     from .client import RetrievalClient
+    from .endpoints import EndpointError
+    from .server_process import serve_command
+
+    # The error below names every URL's last failure; the client's failover warnings would say it again.
+    logging.getLogger("local_retriever.endpoints").setLevel(logging.ERROR)
 
     async def go():
         async with RetrievalClient(split_list(url)) as client:
             return await client.retrieve(list(questions), topk=topk, return_scores=True)
 
-    result = asyncio.run(go())
+    try:
+        result = asyncio.run(go())
+    except EndpointError as exc:
+        # `asearcher quickstart` stops the server it started: say how to serve its knowledge base again
+        typer.echo(f"error: {exc}; is a server running? Start one with `{serve_command()}`", err=True)
+        raise typer.Exit(1) from None
     if as_json:
         print(json.dumps(result, ensure_ascii=False, indent=1))
         return
@@ -259,7 +272,12 @@ def quickstart(
     from .quickstart import run_quickstart
 
     kb_dir = Path(out_dir(out and str(out), legacy_dir and str(legacy_dir), "--dir", "runs/sample-kb"))
-    run_quickstart(kb_dir, port, retriever.value, keep_serving, console)
+    from .server_process import PortInUse
+
+    try:
+        run_quickstart(kb_dir, port, retriever.value, keep_serving, console)
+    except PortInUse as exc:
+        _fail(str(exc))
 
 
 if __name__ == "__main__":

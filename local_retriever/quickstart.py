@@ -9,10 +9,15 @@ from rich.console import Console
 from rich.table import Table
 
 from .recall import recall_at_k
-from .server_process import start_server, wait_healthy
+from .server_process import check_port_free, serve_command, sigterm_as_interrupt, start_server, wait_healthy
 
 
 def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, console: Console) -> dict:
+    with sigterm_as_interrupt():  # `kill PID` stops the child server too
+        return _run(kb_dir, port, retriever, keep_serving, console)
+
+
+def _run(kb_dir: Path, port: int, retriever: str, keep_serving: bool, console: Console) -> dict:
     from .build import build_kb
     from .client import RetrievalClient
     from .manifest import MANIFEST_FILE
@@ -31,6 +36,7 @@ def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, 
 
     console.rule(f"2/3 serving it on http://127.0.0.1:{port} ({retriever})")
     url = f"http://127.0.0.1:{port}"
+    check_port_free("127.0.0.1", port)  # else another server there would answer in this one's place
     proc = start_server(kb_dir, port, retriever)
     try:
         health = wait_healthy(url, proc)
@@ -61,13 +67,17 @@ def run_quickstart(kb_dir: Path, port: int, retriever: str, keep_serving: bool, 
         Console().print(table)
         console.print(f"{len(questions)} questions: " + ", ".join(f"{k} {v:.2f}" for k, v in recall.items()))
         console.print(f"/access {questions[0]['supporting_titles'][0]!r} -> {page[0]['url'] if page[0] else None}")
-        console.print(
-            f"try it: curl -s {url}/retrieve -H 'content-type: application/json' "
+        curl = (
+            f"curl -s {url}/retrieve -H 'content-type: application/json' "
             '-d \'{"queries": ["capital of Angola"], "topk": 3, "return_scores": true}\''
         )
+        console.print(f"try it: {curl}", soft_wrap=True)  # one line at any width: it is copied and pasted
         if keep_serving:
             console.print(f"server running (pid {proc.pid}); Ctrl-C to stop")
             proc.wait()
+        else:
+            again = serve_command(kb_dir, port, retriever)
+            console.print(f"server stopped; --keep-serving leaves it up, or serve it again: {again}", soft_wrap=True)
         return {"recall": recall, "health": health}
     except KeyboardInterrupt:
         return {}

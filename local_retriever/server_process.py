@@ -14,6 +14,30 @@ import time
 from pathlib import Path
 
 
+def serve_command(kb_dir="runs/sample-kb", port: int = 5005, retriever: str = "hybrid") -> str:
+    """The command that serves a knowledge base again, as the quickstarts and the errors about a dead server say it."""
+    return f"asearcher kb serve {kb_dir} --port {port} --retriever {retriever}"
+
+
+class PortInUse(OSError):
+    """Another process listens on the address a server was asked to bind."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raises PortInUse, naming the address, when `host:port` cannot be bound: checked before a server loads
+    anything, so the error comes first and not after a "serving" line and seconds of loading."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise PortInUse(
+                f"port {port} on {host} is in use ({exc.strerror}): another server runs there; "
+                "stop it or pass --port with another number"
+            ) from None
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 at the time of asking."""
     with socket.socket() as s:
@@ -96,3 +120,23 @@ def serving(
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt in the main thread until the block ends, so the `finally` that stops a
+    child server runs: Python's default for SIGTERM ends the process at once and leaves the child serving."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -6,12 +6,16 @@ and reloaded for queries, so a query word is stemmed exactly as its passage word
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 
 import bm25s
 import numpy as np
 import Stemmer
+
+# bm25s sets its logger to DEBUG when imported, above whatever level the command asked for (`--log-level`)
+logging.getLogger("bm25s").setLevel(logging.NOTSET)
 
 
 def _tokenizer() -> bm25s.tokenization.Tokenizer:

@@ -87,41 +87,40 @@ def test_serve_and_query_processes(sample_kb):
 
 @pytest.mark.slow
 def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
+    import os
+    import re
     import shutil
+    import signal
+
+    from tests.helpers import CLI
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
-    out = run_cli("kb", "quickstart", "--out", str(kb), "--port", str(free_port()), "--retriever", "bm25")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "78 questions: recall@1" in out.stderr and "reusing the knowledge base" in out.stderr
-    assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in out.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_quickstart_runs_the_whole_path(sample_kb, tmp_path):
-    import shutil
-
-    shutil.copytree(sample_kb, tmp_path / "sample-kb")  # the KB build itself is tested above; reuse it
-    out = run_cli(
-        "quickstart", "--out", str(tmp_path), "--port", str(free_port()), "--questions", "3", "--k", "1", timeout=900
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    rollout = (tmp_path / "rollout" / "trajectories.jsonl").read_text().splitlines()
-    assert len(rollout) == 3 * 2 * 2
-    report = tmp_path / "eval" / "report.html"
-    assert report.is_file() and f"report: {report.resolve()}" in out.stderr.replace("\n", "")
-    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["items_ok"] == 3
-    assert "untrained random model" in (tmp_path / "eval" / "summary.md").read_text().splitlines()[2]
-    # Beside the tiny model, the scripted reference policy: trajectories that search, read a page and answer.
-    ref = json.loads((tmp_path / "eval-reference" / "metrics.json").read_text())
-    assert ref["items_ok"] == 3 and ref["card"]["model"]["engine"] == "scripted reference policy"
-    dist = ref["datasets"]["overall"]["distributions"]
-    assert (
-        dist["searches"]["mean"] == 1
-        and dist["accesses"]["mean"] == 1
-        and ref["datasets"]["overall"]["f1"]["pass@1"] > 0
-    )
+    port = free_port()
+    cmd = [*CLI, "kb", "quickstart", "--out", str(kb), "--port", str(port), "--retriever", "bm25", "--keep-serving"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen, child = [], None
+    try:
+        for line in proc.stderr:  # up to the line that says the server stays up
+            seen.append(line)
+            if found := re.search(r"server running \(pid (\d+)\)", line):
+                child = int(found.group(1))
+                break
+        err = "".join(seen)
+        assert child is not None, err[-2000:]
+        assert "78 questions: recall@1" in err and "reusing the knowledge base" in err
+        assert "/access 'Angola' -> https://en.wikipedia.org/wiki/Angola" in err
+        assert f"try it: curl -s http://127.0.0.1:{port}/retrieve -H 'content-type: application/json' -d" in err
+        # `kill PID` of the quickstart stops the server it started, not only itself
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        # the quickstart waits for its server before it exits: once it is gone, so is the server (else it would still
+        # run, adopted by init)
+        assert not os.path.exists(f"/proc/{child}"), f"the server (pid {child}) outlived the quickstart's SIGTERM"
+    finally:
+        proc.kill()
+        if child is not None and os.path.exists(f"/proc/{child}"):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
@@ -143,6 +142,31 @@ def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert [line for line in out.stderr.splitlines() if "pip install 'asearcher-plugin[train]'" in line], out.stderr
+    assert "to check recipes only: pip install --no-deps openrlhf==0.11.2 pylatexenc" in out.stderr
+
+
+@pytest.mark.parametrize("missing", ["pylatexenc"])
+def test_a_dry_run_on_openrlhf_without_its_parser_imports_says_what_to_install(tmp_path, missing):
+    """`pip install --no-deps openrlhf` leaves out what its parser's block imports (openrlhf.utils -> pylatexenc)."""
+    hide = f"import sys; sys.modules[{missing!r}] = None; "  # as if not installed
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            hide + "from asearcher_plugin.cli import main; main()",
+            "train",
+            "cpu_tiny",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = [line for line in out.stderr.splitlines() if line.strip()]
+    assert f"OpenRLHF's parser needs {missing}, not installed" in line
+    assert "pip install --no-deps openrlhf==0.11.2 pylatexenc" in line
 
 
 def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, capsys):

@@ -37,3 +37,16 @@ def test_readme_links_point_to_files_in_the_checkout():
     assert "docs/kb.md" in targets and "ARCHITECTURE.md" in targets
     missing = [t for t in targets if not (ROOT / t).exists()]
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_the_site_draws_its_diagrams_without_a_network():
+    """Material fetches Mermaid from a CDN unless the page defines it: the site ships it (mkdocs.yml)."""
+    import yaml
+
+    config = yaml.safe_load(
+        "\n".join(line for line in (ROOT / "mkdocs.yml").read_text().splitlines() if "!!python" not in line)
+    )
+    shipped = [ROOT / "docs" / path for path in config.get("extra_javascript", []) if "mermaid" in path]
+    assert shipped and all(p.is_file() for p in shipped), shipped
+    assert b"mermaid" in shipped[0].read_bytes()[:5000] or b"mermaid" in shipped[0].read_bytes()[-5000:]
+    assert any("mermaid" in page.read_text() for page in PAGES)  # there are diagrams to draw

@@ -49,6 +49,17 @@ def test_eval_writes_metrics_reports_and_resumes(tmp_path, tiny_model, kb_server
     again = run(*common, "--hf-model", str(tiny_model))
     assert again.returncode == 0 and len((out / "trajectories.jsonl").read_text().splitlines()) == 6
 
+    # Other settings in the same folder would mix two runs in one set of metrics: refused in one line, before any
+    # item runs, unless asked for.
+    other = run(*common, "--hf-model", str(tiny_model), "--temperature", "1.0")
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    (line,) = [line for line in other.stderr.splitlines() if "error" in line]
+    assert line.startswith(f"error: {out} holds a run with other settings (model.sampling.temperature)")
+    assert "--resume-other-settings" in other.stderr
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == 6
+    mixed = run(*common, "--hf-model", str(tiny_model), "--temperature", "1.0", "--resume-other-settings")
+    assert mixed.returncode == 0 and "resuming" in mixed.stderr and "other settings" in mixed.stderr
+
     # A dead model server: items are recorded as failed, not scored as wrong.
     dead = tmp_path / "dead"
     down = run(
@@ -69,9 +80,21 @@ def test_eval_writes_metrics_reports_and_resumes(tmp_path, tiny_model, kb_server
         "--tokenizer",
         str(tiny_model),
     )
-    assert down.returncode == 0, down.stderr[-2000:]
+    # ... and a run that scored nothing does not end as a success would
+    assert down.returncode == 1, down.stderr[-2000:]
+    assert "error: no item was scored: 2 failed for infrastructure reasons" in down.stderr
+    assert "Traceback" not in down.stderr
     m = json.loads((dead / "metrics.json").read_text())
     assert m["items_failed"] == 2 and m["items_ok"] == 0 and "FAILED" in (dead / "report.html").read_text()
+
+    # A dead knowledge base is named before the run, with how to start one.
+    gone = f"http://127.0.0.1:{free_port()}"
+    no_kb = run(
+        *("--dataset", "sample", "--limit", "1", "--agent-config", str(cfg), "--max-length", "1024"),
+        *("--out", str(tmp_path / "no-kb"), "--kb-url", gone, "--hf-model", str(tiny_model)),
+    )
+    assert f"warning: no knowledge-base server answers at {gone}" in no_kb.stderr
+    assert "asearcher kb serve runs/sample-kb --port 5005" in no_kb.stderr
 
 
 def test_eval_bad_input_is_named(tmp_path):

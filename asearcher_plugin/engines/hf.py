@@ -9,6 +9,7 @@ Log-probs are those of the sampled token under the temperature-scaled distributi
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import uuid
 
@@ -30,6 +31,9 @@ class HFEngine:
             for i in [self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)]
             if isinstance(i, int)
         }
+        # transformers 5.x names the KV cache `cache` (argument and output) and warns on the old `past_key_values`
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_name = "cache" if "cache" in params else "past_key_values"
         self.max_model_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
         # pause/resume as vLLM's `pause_generation(mode="keep")`: requests freeze between two decoding
@@ -66,7 +70,7 @@ class HFEngine:
             self.running.wait()
             with self.step_lock:
                 if self.running.is_set():  # re-checked under the lock: pause() may have won the race
-                    return self.model(input_ids=ids, past_key_values=past, use_cache=True)
+                    return self.model(input_ids=ids, use_cache=True, **{self._cache_name: past})
 
     def generate_sync(
         self, prompt_token_ids: list[int], params: SamplingParams, aborted: threading.Event | None = None
@@ -88,7 +92,7 @@ class HFEngine:
                     finish = "abort"
                     break
                 out = self._step(ids, past)
-                past = out.past_key_values
+                past = getattr(out, self._cache_name)
                 logits = out.logits[0, -1].float()
                 if step < params.min_tokens:
                     for e in self.eos_ids:

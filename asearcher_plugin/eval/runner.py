@@ -61,18 +61,20 @@ async def run_eval(
     limit: int | None = None,
     question_key: str | None = None,
     answer_key: str | None = None,
+    other_settings: bool = False,
 ) -> Path:
-    """`sources`, `limit` and the keys only describe how `items` were read, for the eval card."""
-    from .card import build_card, differences
+    """`sources`, `limit` and the keys only describe how `items` were read, for the eval card. A folder holding a
+    run with other settings is refused (ResumeRefused) unless `other_settings`: its metrics would mix the two."""
+    from .card import build_card
 
     out_dir.mkdir(parents=True, exist_ok=True)
     card = build_card(
         config, engine, tokenizer, items, k, temperature, top_p, max_length, sources, limit, question_key, answer_key
     )
-    before = _stored_card(out_dir)
-    if before is not None and (
-        changed := [f for f, _, _ in differences(before, card) if not f.startswith("datasets.")]
-    ):
+    changed = settings_changed(_stored_card(out_dir), card)
+    if changed and not other_settings:
+        raise ResumeRefused(out_dir, changed)
+    if changed:
         log.warning("resuming %s with other settings than its first run: %s", out_dir, ", ".join(changed[:12]))
     path = out_dir / "trajectories.jsonl"
     drop_cut_tail(path)
@@ -121,6 +123,36 @@ async def run_eval(
     bar.close()
     write_reports(out_dir, k, aggregate_file_name(config, temperature), card)
     return out_dir
+
+
+class ResumeRefused(ValueError):
+    """The output folder holds a run whose eval card differs from this one's in `fields`."""
+
+    def __init__(self, folder: Path, fields: list[str], remedy: str = "--resume-other-settings to add to it"):
+        self.folder, self.fields = folder, fields
+        shown = ", ".join(fields[:6]) + (", ..." if len(fields) > 6 else "")
+        super().__init__(f"{folder} holds a run with other settings ({shown}): give another --out, or {remedy}")
+
+
+# Where the servers are, not what they serve: a KB or model moved to another port is the same run. A KB that did not
+# answer has no description to compare, so its fields are compared only when both runs reached it.
+ADDRESSES = ("kb.urls", "kb.unreachable", "model.base_urls", "agent_config.tools.local.urls")
+
+
+def settings_changed(before: dict | None, now: dict) -> list[str]:
+    """The card fields, other than the datasets (a resume may add some), in which `now` differs from `before`."""
+    from .card import differences
+
+    if before is None:
+        return []
+    blind = "unreachable" in before.get("kb", {}) or "unreachable" in now.get("kb", {})
+    return [
+        field
+        for field, _, _ in differences(before, now)
+        if not field.startswith("datasets.")
+        and field not in ADDRESSES
+        and not (blind and field.startswith("kb.") and field != "kb.top_k")
+    ]
 
 
 def _stored_card(out_dir: Path) -> dict | None:

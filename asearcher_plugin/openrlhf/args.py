@@ -20,6 +20,13 @@ from difflib import get_close_matches
 from functools import lru_cache
 from pathlib import Path
 
+# The parser's block imports openrlhf.utils, which needs pylatexenc (sympy comes with torch); openrlhf's own pins
+# (CUDA vLLM, a fixed transformers) would replace the CPU install, hence --no-deps.
+INSTALL_HINT = (
+    "pip install 'asearcher-plugin[train]' on a GPU machine; to check recipes only: "
+    "pip install --no-deps openrlhf==0.11.2 pylatexenc"
+)
+
 
 class RecipeFlagError(ValueError):
     """`flag` (e.g. `rollout.batch_size`, no dashes) when OpenRLHF's message names one."""
@@ -32,11 +39,7 @@ class RecipeFlagError(ValueError):
 def train_ppo_ray_source() -> Path:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
-        raise RecipeFlagError(
-            "openrlhf is not installed; it comes with the [train] extra: pip install "
-            "'asearcher-plugin[train]' (to check recipes only: pip install --no-deps "
-            "openrlhf==0.11.2)"
-        )
+        raise RecipeFlagError(f"openrlhf is not installed; it comes with the [train] extra: {INSTALL_HINT}")
     return Path(list(spec.submodule_search_locations)[0]) / "cli" / "train_ppo_ray.py"
 
 
@@ -112,6 +115,8 @@ def check_args(argv: list[str]):
         raise _parse_error(err.getvalue()) from None
     except AssertionError as exc:
         raise RecipeFlagError(f"OpenRLHF refuses these arguments: {exc}") from None
+    except ModuleNotFoundError as exc:  # openrlhf installed without the modules its parser's block imports
+        raise RecipeFlagError(f"OpenRLHF's parser needs {exc.name}, not installed: {INSTALL_HINT}") from None
     except Exception as exc:  # noqa: BLE001 - OpenRLHF's own post-parse code tripping on the combination
         raise RecipeFlagError(f"OpenRLHF's argument handling failed: {type(exc).__name__}: {exc}") from None
     return ns["args"]
