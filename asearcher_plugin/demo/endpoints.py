@@ -18,6 +18,10 @@ def _norm(url: str) -> str:
     return url.strip().rstrip("/")
 
 
+def _unique(urls) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_norm(u) for u in urls if u.strip()))
+
+
 @dataclass(frozen=True)
 class Endpoints:
     kb_urls: tuple[str, ...]  # the first is the page's default
@@ -27,8 +31,7 @@ class Endpoints:
     def at_launch(cls, kb_urls, model_urls=(), environ=None) -> Endpoints:
         env = os.environ if environ is None else environ
         models = [*model_urls, *([env["OPENAI_BASE_URL"]] if env.get("OPENAI_BASE_URL") else [])]
-        unique = lambda urls: tuple(dict.fromkeys(_norm(u) for u in urls if u.strip()))  # noqa: E731
-        return cls(unique([kb_urls] if isinstance(kb_urls, str) else kb_urls), unique(models))
+        return cls(_unique([kb_urls] if isinstance(kb_urls, str) else kb_urls), _unique(models))
 
     @property
     def default_kb_url(self) -> str:
