@@ -8,83 +8,21 @@ SFT trainer reads of them through `TokenSFTDataset`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
-from fastapi import FastAPI
 
-from asearcher_plugin.agent.reference_policy import ReferencePolicy
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.sft import data as sft_data
 from asearcher_plugin.sft.dataset import TokenSFTDataset, read_rows
-from tests.helpers import run_cli, serve_app
-
-PAGES = {
-    "Angola": "Angola is a country in Southern Africa. The capital and largest city of Angola is Luanda.",
-    "Algeria": "Algeria is a country in North Africa. Its capital and most populous city is Algiers.",
-    "Austria": "Austria is a country in Central Europe. Vienna is its capital and largest city.",
-    "Andorra": "Andorra is a microstate in the Pyrenees. Its capital is Andorra la Vella.",
-}
-ITEMS = [
-    {"dataset": "t", "id": f"q{i}", "question": f"What is the capital of {name}?", "golden_answers": [answer]}
-    for i, (name, answer) in enumerate(
-        [("Angola", "Luanda"), ("Algeria", "Algiers"), ("Austria", "Vienna"), ("Andorra", "Andorra la Vella")]
-    )
-]
-
-
-def kb_app() -> FastAPI:
-    """Search-R1's /retrieve: the page named in the query first, then the others."""
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    async def retrieve(body: dict):
-        out = []
-        for query in body["queries"]:
-            names = sorted(PAGES, key=lambda n: n not in query)[: body.get("topk", 3)]
-            out.append(
-                [
-                    {"document": {"id": n, "contents": f'"{n}"\n{PAGES[n]}', "title": n}, "score": 1.0}
-                    for n in names
-                ]
-            )
-        return {"result": out}
-
-    return app
-
-
-class RecordingPolicy(ReferencePolicy):
-    """The reference policy, keeping every call: the ids it was given and the ids it returned."""
-
-    calls: list
-
-    async def generate(self, prompt_token_ids, sampling_params):
-        out = await super().generate(prompt_token_ids, sampling_params)
-        self.calls.append((list(prompt_token_ids), list(out.outputs[0].token_ids)))
-        return out
+from tests.helpers import run_cli
+from tests.sft_teacher import teach
 
 
 @pytest.fixture(scope="module")
 def teacher_run(tmp_path_factory, tokenizer):
     """One eval of the teacher, k = 2: (run folder, recorded calls)."""
-    from asearcher_plugin.eval.runner import run_eval
-
     out = tmp_path_factory.mktemp("teacher")
-    with serve_app(kb_app()) as url:
-        config = AgentConfig.model_validate(
-            {
-                "agent_type": "search-r1",
-                "max_turns": 4,
-                "max_new_tokens_per_turn": 64,
-                "tools": {"backend": "local", "topk": 2, "local": {"urls": [url]}},
-                "reward": {"metric": "f1", "format_factor": True},
-            }
-        )
-        engine = RecordingPolicy.for_items(tokenizer, config, ITEMS, wrong_rate=0.3)
-        engine.calls = []
-        asyncio.run(run_eval(ITEMS, config, engine, tokenizer, out, k=2, max_length=2048, progress=False))
-    return out, engine.calls
+    return out, teach(out, tokenizer)
 
 
 def expected_mask(ids: list[int], calls: list) -> list[int]:
