@@ -33,7 +33,7 @@ from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.search_task import make_questions, split  # noqa: E402
 
 CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
-AGENT = {"agent_type": "search-r1", "max_turns": 3, "max_new_tokens_per_turn": 96, "topk": 2}
+AGENT = {"agent_type": "search-r1", "max_turns": 3, "max_new_tokens_per_turn": 96, "topk": 1}
 
 
 def sh(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
