@@ -66,13 +66,13 @@ def agent_config(url: str) -> AgentConfig:
     )
 
 
-def teach(out: Path, tokenizer, k: int = 2, wrong_rate: float = 0.3) -> list:
-    """The teacher's eval of ITEMS into `out` (k seeds); returns the recorded calls (prompt ids, generated ids)."""
+def teach(out: Path, tokenizer, k: int = 2, wrong_rate: float = 0.3, items: list[dict] = ITEMS) -> list:
+    """The teacher's eval of `items` into `out` (k seeds); returns the recorded calls (prompt ids, generated ids)."""
     from asearcher_plugin.eval.runner import run_eval
 
     with serve_app(kb_app()) as url:
         config = agent_config(url)
-        engine = RecordingPolicy.for_items(tokenizer, config, ITEMS, wrong_rate=wrong_rate)
+        engine = RecordingPolicy.for_items(tokenizer, config, items, wrong_rate=wrong_rate)
         engine.calls = []
-        asyncio.run(run_eval(ITEMS, config, engine, tokenizer, out, k=k, max_length=2048, progress=False))
+        asyncio.run(run_eval(items, config, engine, tokenizer, out, k=k, max_length=2048, progress=False))
     return engine.calls
