@@ -94,3 +94,29 @@ def test_bad_input_named(tmp_path, tokenizer):
     assert result.returncode == 2 and "t.jsonl:1: neither an eval row" in result.stderr
     with pytest.raises(ValueError, match="x.jsonl:3: 9 tokens, more than --data.max_len 8"):
         TokenSFTDataset([{"input_ids": [1] * 9, "loss_mask": [0] * 8 + [1], "_where": "x.jsonl:3"}], tokenizer, 8)
+
+
+def test_sft_recipe_section_and_refusals(tmp_path):
+    from asearcher_plugin.recipe import Recipe, RecipeError, openrlhf_argv
+    from asearcher_plugin.sft.train import SFTRunError, check_flags
+
+    recipe = tmp_path / "warm.yaml"
+    recipe.write_text(
+        "sft:\n  model.model_name_or_path: m\n  data.dataset: d/train.jsonl\n  ds.attn_implementation: sdpa\n"
+        "openrlhf:\n  actor.model_name_or_path: out\n"
+    )
+    model = Recipe.load(recipe, ["sft.train.max_epochs=3"])
+    argv = openrlhf_argv(model.sft)
+    assert argv[-2:] == ["--train.max_epochs", "3"] and "--data.dataset" in argv
+    check_flags(argv, cpu=True)
+    with pytest.raises(SFTRunError, match="--data.apply_chat_template"):
+        check_flags([*argv, "--data.apply_chat_template"], cpu=True)
+    with pytest.raises(SFTRunError, match="set it to sdpa"):
+        check_flags(["--data.dataset", "x"], cpu=True)
+    with pytest.raises(RecipeError, match="sft"):
+        Recipe.load(recipe, ["sft.train.max_epochs={a: 1}"])
+    printed = run_cli("sft", str(recipe), "--print-cmd")
+    assert printed.returncode == 0 and "deepspeed --module asearcher_plugin.sft.train" in printed.stdout
+    (tmp_path / "rl.yaml").write_text("openrlhf:\n  actor.model_name_or_path: out\n")
+    missing = run_cli("sft", str(tmp_path / "rl.yaml"))
+    assert missing.returncode == 2 and "no `sft:` section" in missing.stderr
