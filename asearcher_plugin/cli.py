@@ -244,6 +244,16 @@ def _eval_commands() -> typer.Typer:
 app.add_typer(_eval_commands(), name="eval")
 
 
+def _sft_commands() -> None:
+    from asearcher_plugin.sft.cli import sft, sft_data
+
+    app.command("sft-data")(sft_data)
+    app.command("sft")(sft)
+
+
+_sft_commands()
+
+
 @app.command("make-tiny-model")
 def make_tiny_model_cmd(
     out: str = typer.Option(None, "--out", help="folder to write the model and tokenizer to"),

@@ -20,7 +20,7 @@ from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dott
 # package (setup.py maps them to asearcher_plugin/recipes/), so a name resolves from a checkout and from a pip install.
 _PACKAGED = Path(__file__).with_name("recipes")
 RECIPE_DIR = _PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[1] / "recipes"
-SECTIONS = ("description", "resources", "agent", "scheduler", "cpu_harness", "openrlhf")
+SECTIONS = ("description", "resources", "agent", "scheduler", "cpu_harness", "openrlhf", "sft")
 RUN_SECTIONS = ("agent", "scheduler", "cpu_harness")  # what travels with the run besides OpenRLHF's flags
 SCALARS = (bool, int, float, str)
 
@@ -91,13 +91,18 @@ class Recipe(BaseModel):
         description="OpenRLHF 0.11.2 flags without the leading dashes, e.g. rollout.batch_size: 128; true is a switch "
         "given, false or null leaves the flag out, a list gives several values"
     )
+    sft: dict[str, Any] | None = Field(
+        None,
+        description="`asearcher sft`: OpenRLHF 0.11.2 train_sft flags without the leading dashes, for a warm start "
+        "on an `asearcher sft-data` dataset before the RL of the `openrlhf:` section",
+    )
     _source: str = PrivateAttr("recipe")
 
-    @field_validator("openrlhf")
+    @field_validator("openrlhf", "sft")
     @classmethod
-    def _flag_values(cls, flags: dict) -> dict:
+    def _flag_values(cls, flags: dict | None) -> dict | None:
         """Shapes only; names, types and choices are OpenRLHF's parser's to judge (`check`)."""
-        for name, value in flags.items():
+        for name, value in (flags or {}).items():
             if name.startswith("-") or not name:
                 raise ValueError(f"{name!r}: write a flag without its dashes, e.g. rollout.batch_size")
             values = value if isinstance(value, list) else [value]
@@ -244,10 +249,12 @@ def apply_override(recipe: dict, item: str) -> None:
     """`--set openrlhf.rollout.batch_size=64` or `--set agent.max_turns=16`; values are YAML."""
     key, value = parse_assignment(item, RecipeError)
     section, _, rest = key.partition(".")
-    if section == "openrlhf" and rest:
-        if not isinstance(recipe.get("openrlhf"), dict):
-            raise RecipeError(f"--set {key}: openrlhf is not a section")
-        recipe["openrlhf"][rest] = value  # OpenRLHF flags are dotted names, kept whole
+    if section in ("openrlhf", "sft") and rest:
+        if section == "sft" and recipe.get("sft") is None:
+            recipe["sft"] = {}
+        if not isinstance(recipe.get(section), dict):
+            raise RecipeError(f"--set {key}: {section} is not a section")
+        recipe[section][rest] = value  # OpenRLHF flags are dotted names, kept whole
         return
     set_dotted(recipe, key, value, RecipeError)
 

@@ -88,6 +88,21 @@ class Trajectory:
         }
 
 
+def token_sequences(trajectory: Trajectory) -> list[dict] | None:
+    """The trajectory's training sequences as written to trajectories.jsonl: `{"tokens", "action_ranges"}` each,
+    the per-call sequences when the calls were recorded, else its one sequence; None when it has neither."""
+    pieces = trajectory.sequences or (
+        [{"observation_tokens": trajectory.observation_tokens, "action_ranges": trajectory.action_ranges or []}]
+        if trajectory.observation_tokens is not None
+        else []
+    )
+    rows = [
+        {"tokens": list(p["observation_tokens"]), "action_ranges": [list(r) for r in p["action_ranges"]]}
+        for p in pieces
+    ]
+    return rows or None
+
+
 @dataclass
 class EvalRow:
     """One (dataset, question, seed) of `asearcher eval`: a line of `trajectories.jsonl`.
@@ -113,6 +128,9 @@ class EvalRow:
     gen_tokens: int | None = None  # None on rows of versions that did not count it
     error: str = ""
     seconds: float = 0.0
+    # Each training sequence the calls made, as the engine saw and produced it: {"tokens": ids, "action_ranges":
+    # [[start, end], ...]} (the generated spans). What `asearcher sft-data` trains on; None on older rows.
+    sequences: list[dict] | None = None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -124,6 +142,7 @@ class EvalRow:
         self.truncated, self.scores = trajectory.truncated, dict(trajectory.scores)
         self.logs = {**trajectory.stats, "truncated": float(trajectory.truncated)}
         self.tokens, self.gen_tokens = trajectory.tokens, trajectory.gen_tokens
+        self.sequences = token_sequences(trajectory)
 
     def to_json(self) -> dict:
         row = {
@@ -145,6 +164,8 @@ class EvalRow:
                 tokens=self.tokens,
                 gen_tokens=self.gen_tokens,
             )
+            if self.sequences is not None:
+                row["sequences"] = self.sequences
         else:
             row["error"] = self.error
         row["seconds"] = self.seconds

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config import AgentConfig, SchedulerConfig
 from .eval.datasets import text_problem
+from .records import token_sequences
 from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
 
 
@@ -186,6 +187,7 @@ async def _drain(sched: StreamingScheduler, fh, steps: int) -> int:
                             "consumed_version": step,
                             **token_versions(sched.clock, sample.token_times),
                             "tokens": sample.tokens,
+                            "sequences": token_sequences(sample),
                         }
                     )
                     + "\n"

@@ -73,6 +73,8 @@ class AgentExecutor(AgentExecutorBase):
         # Per-call sequences (ASearcher's training): a trajectory is one or several token sequences, each what
         # some calls saw and generated, so a context that changes between calls can be trained.
         self.per_call = for_training and self.config.training_sequences == "per_call"
+        # Evaluation records its calls too: `asearcher sft-data` trains on exactly the ids each call saw and made.
+        self.record_calls = self.per_call or not for_training
         if self.per_call and (without_launcher or (config is None and not os.environ.get(RUN_CONFIG_ENV))):
             raise ConfigError(PER_CALL_NEEDS_SCHEDULER)
         if for_training and not self.per_call and self.config.agent_type == "asearcher-reasoning":
@@ -145,7 +147,7 @@ class AgentExecutor(AgentExecutorBase):
         agent = AgentInstance(self.config, self._toolbox(), self._judge())
         transcript = await self._start(agent, prompt, label, sampling_params, max_length, hf_tokenizer)
         cap, eos_id = self.config.max_new_tokens_per_turn, getattr(hf_tokenizer, "eos_token_id", None)
-        records = CallRecords(want_logprobs(sampling_params)) if self.per_call else None
+        records = CallRecords(want_logprobs(sampling_params)) if self.record_calls else None
         truncated, done, reward = False, False, 0.0
         call_starts: list[float] = []  # wall clock of each model call, mapped to policy versions by the scheduler
         last_token_at = None
@@ -228,7 +230,7 @@ class AgentExecutor(AgentExecutorBase):
         agent = AgentInstance(self.config, self._toolbox(), self._judge())
         agent.question = prompt = scrub(prompt)
         history, done, calls, tokens_used = "", False, 0, 0
-        records = CallRecords(want_logprobs(sampling_params)) if self.per_call else None
+        records = CallRecords(want_logprobs(sampling_params)) if self.record_calls else None
         fresh = fresh_short = ""  # the last tool output: whole for the next call only, then its short form
         while not done:
             text = reasoning_prompt(prompt, history + fresh, agent.template)

@@ -69,7 +69,7 @@ def make_tiny_model(
     seed: int = 0,
 ) -> Path:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
@@ -79,11 +79,14 @@ def make_tiny_model(
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL + ACTION_TOKENS,
+        special_tokens=SPECIAL,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_sample_texts(), trainer=trainer)
+    # Single tokens, but not special ones: decoding with skip_special_tokens (vLLM's and HF's default) would drop
+    # them from a model's text, and the agent would never see an action the model wrote.
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in ACTION_TOKENS])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

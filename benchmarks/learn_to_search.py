@@ -1,0 +1,289 @@
+"""Does an agent learn to search? Teacher trajectories -> `sft-data` -> `sft` -> RL with the F1 reward, on CPU.
+
+One command: `python benchmarks/learn_to_search.py`. The task (`benchmarks/search_task.py`): cloze questions on the
+sample KB's passages, a year blanked out, held-out questions on articles never trained on, so their answers can
+only come from search. The teacher is the scripted reference policy (it searches with the question and answers with
+the year the results hold; a quarter of its answers wrong on purpose), run with the student's tokenizer;
+`asearcher sft-data` keeps its correct trajectories, `asearcher sft --cpu` trains the tiny model on them with
+OpenRLHF's SFT trainer, and `asearcher train --cpu` continues with RL (real vLLM engines, OpenRLHF's DeepSpeed
+trainer, the streaming scheduler, our agent and KB server) on the training questions, reward F1.
+
+Every checkpoint is evaluated with `asearcher eval --hf-model` on the held-out questions: F1 Avg@k, searches per
+trajectory, the valid-action rate. Arms: (a) the SFT start; (b) after RL; (c) control: the same RL with the engines
+receiving every weight broadcast but not loading it (`cpu_harness.skip_weight_load`), so its rollouts stay the SFT
+model's; (d) the RL model of (b) with a KB that answers every search with passages of another article.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from asearcher_plugin.openrlhf.cpu.actors import step_rewards  # noqa: E402
+from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.search_task import make_questions, split  # noqa: E402
+
+CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
+AGENT = {"agent_type": "search-r1", "max_turns": 3, "max_new_tokens_per_turn": 96, "topk": 1}
+
+
+def sh(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({time.time() - started:.0f} s): {' '.join(cmd[:6])} ..., see {log}")
+
+
+def agent_sets(kb_url: str) -> list[str]:
+    return [
+        f"agent.agent_type={AGENT['agent_type']}",
+        f"agent.max_turns={AGENT['max_turns']}",
+        f"agent.max_new_tokens_per_turn={AGENT['max_new_tokens_per_turn']}",
+        f"agent.tools.topk={AGENT['topk']}",
+        "agent.tools.backend=local",
+        f"agent.tools.local.urls=[{kb_url}]",
+        "agent.reward.metric=f1",
+    ]
+
+
+def evaluate(model: Path, questions: Path, kb_url: str, out: Path, k: int, limit: int) -> dict:
+    """Held-out F1 Avg@k and behaviour per trajectory, from `asearcher eval --hf-model`."""
+    if not (out / "metrics.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        sets = [x for s in agent_sets(kb_url) for x in ("--set", s)]
+        sh(
+            [*CLI, "eval", "--hf-model", str(model), "--dataset", str(questions), "--k", str(k), "--limit",
+             str(limit), "--temperature", "1.0", "--top-p", "1.0", "--max-length", "2048", "--concurrency", "4",
+             "--kb-url", kb_url, *sets, "--out", str(out)],
+            out / "eval.log",
+        )  # fmt: skip
+    metrics = json.loads((out / "metrics.json").read_text())["datasets"]["overall"]
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    logs = [r["logs"] for r in rows if r["status"] == "ok"]
+    turns = sum(g["turns"] for g in logs) or 1
+    return {
+        "f1": metrics["f1"][f"avg@{k}"],
+        "searches": statistics.mean(g["searches"] for g in logs),
+        "valid_actions": 1 - sum(g["invalid_actions"] for g in logs) / turns,
+        "answered": statistics.mean(g.get("answered", 0.0) for g in logs),
+    }
+
+
+def unrelated_kb(real_url: str, port: int):
+    """A KB that answers each search with the results of another article's search (answers must come from search,
+    so a policy that reads them must fail here)."""
+    import httpx
+    import uvicorn
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve(body: dict):
+        body = {**body, "queries": ["the history of the Atlantic Ocean" for _ in body["queries"]]}
+        async with httpx.AsyncClient() as client:
+            return (await client.post(f"{real_url}/retrieve", json=body, timeout=60)).json()
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    return server
+
+
+def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, load: bool) -> tuple[Path, list]:
+    out = work / f"seed{seed}-{'rl' if load else 'control'}"
+    final = out / "final"
+    if not (final / "config.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        sets = [
+            *agent_sets(kb_url),
+            f"openrlhf.actor.model_name_or_path={model}",
+            f"openrlhf.data.prompt_dataset={prompts}",
+            "openrlhf.data.max_len=2048",
+            "openrlhf.rollout.batch_size=4",
+            f"openrlhf.rollout.n_samples_per_prompt={args.n}",
+            "openrlhf.rollout.temperature=1.0",
+            f"openrlhf.train.batch_size={4 * args.n}",
+            f"openrlhf.train.micro_batch_size={2 * args.n}",
+            f"openrlhf.rollout.micro_batch_size={2 * args.n}",
+            "openrlhf.train.num_episodes=1",
+            f"openrlhf.train.seed={seed}",
+            f"openrlhf.actor.adam.lr={args.rl_lr}",
+            "openrlhf.actor.lr_warmup_ratio=0",
+            "openrlhf.actor.lr_scheduler=constant",
+            f"openrlhf.ckpt.path={out / 'ckpt'}",
+            f"openrlhf.ckpt.output_dir={final}",
+            f"cpu_harness.skip_weight_load={str(not load).lower()}",
+        ]
+        sh([*CLI, "train", "cpu_tiny", "--cpu", *[x for s in sets for x in ("--set", s)]], out / "train.log", cwd=out)
+    return final, step_rewards(out / "ckpt")
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for arm, color in (("b", "tab:blue"), ("c", "tab:gray")):
+        for i, run in enumerate(results["runs"][arm]):
+            left.plot(range(1, len(run["rewards"]) + 1), run["rewards"], color=color, label=arm if i == 0 else None)
+    left.set_xlabel("RL step")
+    left.set_ylabel("training reward (F1) of the step's trajectories")
+    left.legend()
+    names = ["a", "b", "c", "d"]
+    for x, arm in enumerate(names):
+        values = [r["eval"]["f1"] for r in results["runs"][arm]]
+        right.scatter([x] * len(values), values)
+    right.set_xticks(range(len(names)), ["(a) SFT", "(b) RL", "(c) control", "(d) unrelated KB"])
+    right.set_ylabel("held-out F1 Avg@k")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--work", default="runs/bench-learn-to-search")
+    ap.add_argument("--kb", default="runs/sample-kb")
+    ap.add_argument("--model", default="runs/tiny-model")
+    ap.add_argument("--port", type=int, default=5126)
+    ap.add_argument("--teacher-k", type=int, default=2)
+    ap.add_argument("--sft-epochs", type=int, default=6)
+    ap.add_argument("--sft-lr", type=float, default=2e-3)
+    ap.add_argument("--rl-prompts", type=int, default=64, help="training questions for RL (16 steps of 4)")
+    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--n", type=int, default=4, help="samples per prompt (group size)")
+    ap.add_argument("--eval-k", type=int, default=2)
+    ap.add_argument("--eval-limit", type=int, default=48, help="held-out questions evaluated")
+    args = ap.parse_args()
+
+    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
+    from local_retriever.build import ensure_sample_kb
+    from local_retriever.server_process import start_server, wait_healthy
+
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    kb, model = ensure_sample_kb(Path(args.kb)), Path(ensure_tiny_model(args.model)).resolve()
+    train_q, held_q = split(make_questions(kb), 0.25, 0)
+    for name, rows in (("train", train_q), ("heldout", held_q)):
+        (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (work / "rl_prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_q[: args.rl_prompts]))
+    url = f"http://127.0.0.1:{args.port}"
+    server = start_server(kb, args.port, "bm25")
+    wrong = unrelated_kb(url, args.port + 1)
+    timings: dict[str, float] = {}
+    try:
+        wait_healthy(url, server)
+        sets = [x for s in agent_sets(url) for x in ("--set", s)]
+        t = time.time()
+        if not (work / "teacher" / "metrics.json").is_file():
+            sh(
+                [*CLI, "eval", "--scripted-reference-policy", "--tokenizer", str(model), "--dataset",
+                 str(work / "train.jsonl"), "--k", str(args.teacher_k), "--max-length", "2048", "--kb-url", url,
+                 *sets, "--out", str(work / "teacher")],
+                work / "teacher.log",
+            )  # fmt: skip
+        timings["teacher_s"] = time.time() - t
+        t = time.time()
+        sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), "--max-len", "2048",
+            "--heldout", "0.1"], work / "sft-data.log")  # fmt: skip
+        sft_model = work / "sft-model"
+        if not (sft_model / "config.json").is_file():
+            recipe = work / "warm.yaml"
+            recipe.write_text(
+                json.dumps(
+                    {
+                        "sft": {
+                            "model.model_name_or_path": str(model),
+                            "data.dataset": str(work / "sft-data" / "train.jsonl"),
+                            "eval.dataset": str(work / "sft-data" / "heldout.jsonl"),
+                            "data.max_len": 2048,
+                            "train.batch_size": 8,
+                            "train.micro_batch_size": 4,
+                            "train.max_epochs": args.sft_epochs,
+                            "adam.lr": args.sft_lr,
+                            "ds.zero_stage": 0,
+                            "ds.attn_implementation": "sdpa",
+                            "ckpt.output_dir": str(sft_model),
+                            "ckpt.path": str(work / "sft-ckpt"),
+                        },
+                        "openrlhf": {"actor.model_name_or_path": str(sft_model)},
+                    }
+                )
+            )
+            sh([*CLI, "sft", str(recipe), "--cpu"], work / "sft.log")
+        timings["sft_s"] = time.time() - t
+        held = work / "heldout.jsonl"
+        results = {"runs": {arm: [] for arm in "abcd"}}
+        start_eval = evaluate(sft_model, held, url, work / "eval-sft", args.eval_k, args.eval_limit)
+        print(f"(a) SFT start: {start_eval}")
+        for seed in args.seeds:
+            results["runs"]["a"].append({"seed": seed, "eval": start_eval})
+            for arm, load in (("b", True), ("c", False)):
+                t = time.time()
+                final, rewards = rl(work, sft_model, work / "rl_prompts.jsonl", url, seed, args, load)
+                got = evaluate(final, held, url, work / f"eval-{arm}-seed{seed}", args.eval_k, args.eval_limit)
+                results["runs"][arm].append({"seed": seed, "rewards": rewards, "eval": got, "wall_s": time.time() - t})
+                print(f"({arm}) seed {seed}: {got}; training reward {rewards}")
+            d = evaluate(work / f"seed{seed}-rl" / "final", held, f"http://127.0.0.1:{args.port + 1}",
+                         work / f"eval-d-seed{seed}", args.eval_k, args.eval_limit)  # fmt: skip
+            results["runs"]["d"].append({"seed": seed, "eval": d})
+            print(f"(d) seed {seed}: {d}")
+    finally:
+        server.terminate()
+        wrong.should_exit = True
+    results["timings"] = timings
+    (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
+    plot(results, ROOT / "benchmarks" / "results" / "learn_to_search.png")
+    publish_table(results, args, len(train_q), len(held_q))
+
+
+def publish_table(results: dict, args, n_train: int, n_held: int) -> None:
+    labels = {
+        "a": "(a) SFT start",
+        "b": "(b) after RL",
+        "c": "(c) control: RL, engines keep the SFT weights",
+        "d": "(d) RL model, KB returns unrelated passages",
+    }
+    rows = []
+    for arm, label in labels.items():
+        runs = results["runs"][arm]
+        f1 = [r["eval"]["f1"] for r in runs]
+        sd = statistics.stdev(f1) if len(f1) > 1 else 0.0
+        rewards = [statistics.mean(r["rewards"][-4:]) for r in runs if r.get("rewards")]
+        rows.append(
+            [
+                label,
+                f"{statistics.mean(f1):.3f} ± {sd:.3f}",
+                " / ".join(f"{v:.3f}" for v in f1),
+                f"{statistics.mean(r['eval']['searches'] for r in runs):.2f}",
+                f"{statistics.mean(r['eval']['valid_actions'] for r in runs):.3f}",
+                f"{statistics.mean(rewards):.3f}" if rewards else "",
+            ]
+        )
+    note = (
+        f"cloze questions on the sample KB ({n_train} train, {n_held} held out by article, {args.eval_limit} held-out "
+        f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; SFT: "
+        f"{args.sft_epochs} epochs, lr {args.sft_lr}; RL: {args.rl_prompts} questions, B=4 x n={args.n}, reward F1, "
+        f"lr {args.rl_lr}; seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
+    )
+    header = ["arm", "held-out F1 Avg@k", "per seed", "searches / trajectory", "valid actions", "RL reward, last 4"]
+    print(publish("learn_to_search", header, rows, note, {"args": vars(args), "results": results}))
+
+
+if __name__ == "__main__":
+    main()
