@@ -208,6 +208,7 @@ _ROW_TYPES = {
     "gen_tokens": (int, type(None)),
     "error": (str,),
     "seconds": _NUMBER,
+    "sequences": (list, type(None)),
 }
 STATUSES = ("ok", "failed", "error")
 
