@@ -1,6 +1,7 @@
 """The CPU harness's small parts: the missing-extra message, the inert vLLM plugin, the CPU view of torch."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,43 @@ def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.AgentExecutor().workload.max_turns == 3
+
+
+def test_the_cpu_weight_receiver_refuses_a_dtype_the_engine_does_not_hold():
+    """OpenRLHF's `update_weight` asserts the trainer's dtype is the engine's; on GPUs an fp16 trainer against bf16
+    engines fails there, so the CPU receiver must fail the same way (vLLM's loaders would cast silently)."""
+    import socket
+    import types
+
+    import torch
+
+    from asearcher_plugin.openrlhf.cpu import vllm_transport
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    loaded = []
+    worker = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(dtype=torch.bfloat16),
+        _model_update_group=vllm_transport.GlooBroadcastGroup("127.0.0.1", port, 0, 1),  # a real gloo group
+        model_runner=types.SimpleNamespace(
+            model=types.SimpleNamespace(load_weights=lambda weights: loaded.extend(weights))
+        ),
+    )
+    with pytest.raises(AssertionError, match="mismatch dtype: src torch.float16, dst torch.bfloat16"):
+        vllm_transport.update_weight(worker, "lm_head.weight", torch.float16, (2, 3))
+    assert loaded == []
+    vllm_transport.update_weight(worker, "lm_head.weight", torch.bfloat16, (2, 3))
+    assert [(name, w.dtype, tuple(w.shape)) for name, w in loaded] == [("lm_head.weight", torch.bfloat16, (2, 3))]
+
+
+def test_the_docs_count_the_shimmed_modules_as_listed():
+    from pathlib import Path
+
+    from asearcher_plugin.openrlhf.cpu import device_shims
+
+    words = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    root = Path(__file__).resolve().parent.parent
+    for path in (root / "docs/what-ran-where.md", root / "asearcher_plugin/openrlhf/cpu/__init__.py"):
+        said = re.findall(r"as (\w+) OpenRLHF trainer modules", path.read_text())
+        assert said == [words[len(device_shims.MODULES)]], path
