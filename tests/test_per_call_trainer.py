@@ -179,6 +179,7 @@ def test_too_few_sequences_for_the_steps_is_a_clear_error():
         (["scheduler.enable=false"], "the streaming scheduler"),
         (["openrlhf.train.dynamic_batch_enable=true"], "no --train.dynamic_batch_enable"),
         (["openrlhf.reward.overlong_buffer_len=16"], "no --reward.overlong_buffer_len"),
+        (["openrlhf.actor.loss_agg_mode=seq-mean-token-mean"], "--actor.loss_agg_mode token-mean, not seq-mean"),
     ],
 )
 def test_per_call_refuses_what_would_miscount_its_sequences(overrides, message):

@@ -49,6 +49,11 @@ def check_per_call(args, settings: SchedulerConfig | None) -> None:
             "no --reward.overlong_buffer_len / --reward.stop_properly_penalty_coef: they judge one sample's length, "
             "and a per-call sequence is part of a trajectory"
         )
+    if getattr(args.actor, "loss_agg_mode", "token-mean") != "token-mean":
+        problems.append(
+            f"--actor.loss_agg_mode token-mean, not {args.actor.loss_agg_mode}: that mode weighs every sample the "
+            "same, so a trajectory split into k sequences would weigh k times"
+        )
     if args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt < 2:
         problems.append("rloo with --rollout.n_samples_per_prompt >= 2")
     if problems:
