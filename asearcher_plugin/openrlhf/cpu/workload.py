@@ -90,8 +90,15 @@ class ScriptedEngine:
         want = params.logprobs is not None
         # The engine reads the scripted tokens as part of its prompt (their log-probs under the weights it holds,
         # as the agent's training needs them) and decodes n tokens after them: the turn's real work.
+        # No detokenizing: nothing reads the engine's text, and vLLM 0.29 fails decoding the prompt log-probs' ids.
         decode = with_overrides(
-            params, max_tokens=n, min_tokens=n, stop=None, logprobs=None, prompt_logprobs=0 if want else None
+            params,
+            max_tokens=n,
+            min_tokens=n,
+            stop=None,
+            logprobs=None,
+            prompt_logprobs=0 if want else None,
+            detokenize=False,
         )
         with self.busy:
             done = await self.engine.generate(list(prompt_token_ids) + ids, decode)
