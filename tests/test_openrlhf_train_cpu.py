@@ -377,6 +377,7 @@ def test_per_call_with_two_policy_actors_splits_by_tokens_and_never_hangs(
         "openrlhf.actor.num_gpus_per_node=2",
         "openrlhf.train.batch_size=2",
         "openrlhf.train.micro_batch_size=1",
+        "openrlhf.rollout.micro_batch_size=2",  # OpenRLHF wants a rollout sample batch per policy actor
         f"openrlhf.data.max_len={TWO_ACTORS_BUDGET}",
         f"openrlhf.train.max_tokens_per_gpu={TWO_ACTORS_BUDGET}",
     )
