@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import site
 import subprocess
@@ -28,6 +29,17 @@ from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOut
 from local_retriever.server_process import free_port
 
 # --- real HTTP servers on loopback: uvicorn in a background thread on a free port ------------------------------
+
+
+def stderr_until_pid(proc, pattern: str) -> tuple[list[str], int | None]:
+    """The stderr lines of `proc` up to the first that matches `pattern` (its group 1 a pid), and that pid; the
+    lines read and None when the process ends first."""
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if found := re.search(pattern, line):
+            return seen, int(found.group(1))
+    return seen, None
 
 
 @contextlib.contextmanager

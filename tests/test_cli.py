@@ -88,24 +88,19 @@ def test_serve_and_query_processes(sample_kb):
 @pytest.mark.slow
 def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path):
     import os
-    import re
     import shutil
     import signal
 
-    from tests.helpers import CLI
+    from tests.helpers import CLI, stderr_until_pid
 
     kb = tmp_path / "kb"
     shutil.copytree(sample_kb, kb)  # reuse the test run's build: the quickstart only builds when the folder is empty
     port = free_port()
     cmd = [*CLI, "kb", "quickstart", "--out", str(kb), "--port", str(port), "--retriever", "bm25", "--keep-serving"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen, child = [], None
+    child = None
     try:
-        for line in proc.stderr:  # up to the line that says the server stays up
-            seen.append(line)
-            if found := re.search(r"server running \(pid (\d+)\)", line):
-                child = int(found.group(1))
-                break
+        seen, child = stderr_until_pid(proc, r"server running \(pid (\d+)\)")  # the server stays up
         err = "".join(seen)
         assert child is not None, err[-2000:]
         assert "78 questions: recall@1" in err and "reusing the knowledge base" in err
@@ -123,23 +118,17 @@ def test_kb_quickstart_serves_and_asks_the_sample_questions(sample_kb, tmp_path)
             os.kill(child, signal.SIGKILL)
 
 
+def dry_run_without(hide: str, recipe: str, cwd):
+    """`asearcher train RECIPE --dry-run` in a Python where `hide` (code run first) made some modules missing."""
+    code = hide + "from asearcher_plugin.cli import main; main()"
+    command = [sys.executable, "-c", code, "train", recipe, "--dry-run"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
 def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
     recipe = "cpu_tiny"  # the packaged recipe, by name
     hide = "import sys; sys.modules.update(dict.fromkeys(['openrlhf', 'vllm', 'deepspeed'])); "  # as if not installed
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            hide + "from asearcher_plugin.cli import main; main()",
-            "train",
-            str(recipe),
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    out = dry_run_without(hide, str(recipe), tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert [line for line in out.stderr.splitlines() if "pip install 'asearcher-plugin[train]'" in line], out.stderr
     assert "to check recipes only: pip install --no-deps openrlhf==0.11.2 pylatexenc" in out.stderr
@@ -149,20 +138,7 @@ def test_train_without_openrlhf_names_the_extra_in_one_line(tmp_path):
 def test_a_dry_run_on_openrlhf_without_its_parser_imports_says_what_to_install(tmp_path, missing):
     """`pip install --no-deps openrlhf` leaves out what its parser's block imports (openrlhf.utils -> pylatexenc)."""
     hide = f"import sys; sys.modules[{missing!r}] = None; "  # as if not installed
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            hide + "from asearcher_plugin.cli import main; main()",
-            "train",
-            "cpu_tiny",
-            "--dry-run",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    out = dry_run_without(hide, "cpu_tiny", tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     (line,) = [line for line in out.stderr.splitlines() if line.strip()]
     assert f"OpenRLHF's parser needs {missing}, not installed" in line

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from local_retriever.server_process import free_port, wait_until_up
+from tests.helpers import stderr_until_pid
 
 # the quickstart and the tour together take minutes on 2 shared cores: more than the suite's default per test
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(1800)]
@@ -71,13 +72,9 @@ def quickstart(sample_kb, tmp_path_factory):
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "quickstart", "--port", str(free_port())]
     cmd += ["--questions", "3", "--k", "1", "--keep-serving"]
     proc = subprocess.Popen(cmd, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen, server = [], None
+    server = None
     try:
-        for line in proc.stderr:  # up to the line that says the server stays up
-            seen.append(line)
-            if found := re.search(r"knowledge base still serving at \S+ \(pid (\d+)\)", line):
-                server = int(found.group(1))
-                break
+        seen, server = stderr_until_pid(proc, r"knowledge base still serving at \S+ \(pid (\d+)\)")
         assert server is not None, "".join(seen)[-3000:]
         proc.send_signal(signal.SIGTERM)  # as `kill PID`
         rest = proc.communicate(timeout=120)[1]
