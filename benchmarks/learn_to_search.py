@@ -1,12 +1,13 @@
 """Does an agent learn to search? Teacher trajectories -> `sft-data` -> `sft` -> RL with the F1 reward, on CPU.
 
-One command: `python benchmarks/learn_to_search.py`. The task (`benchmarks/search_task.py`): cloze questions on the
-sample KB's passages, a year blanked out, held-out questions on articles never trained on, so their answers can
-only come from search. The teacher is the scripted reference policy (it searches with the question and answers with
-the year the results hold; a quarter of its answers wrong on purpose), run with the student's tokenizer;
-`asearcher sft-data` keeps its correct trajectories, `asearcher sft --cpu` trains the tiny model on them with
-OpenRLHF's SFT trainer, and `asearcher train --cpu` continues with RL (real vLLM engines, OpenRLHF's DeepSpeed
-trainer, the streaming scheduler, our agent and KB server) on the training questions, reward F1.
+One command: `python benchmarks/learn_to_search.py`. The task (`benchmarks/search_task.py`): `WORD: which article?`,
+the word held by one passage of the sample KB, the answer the title of its article; held-out questions are on
+articles never trained on, so their answers can only come from search. The teacher is the scripted reference policy
+(it searches with the question and answers with the title the result shows; a quarter of its answers wrong on
+purpose), run with the student's tokenizer; `asearcher sft-data` keeps its correct trajectories, `asearcher sft --cpu`
+trains the tiny model on them with OpenRLHF's SFT trainer, and `asearcher train --cpu` continues with RL (real vLLM
+engines, OpenRLHF's DeepSpeed trainer, the streaming scheduler, our agent and KB server) on the training questions,
+reward F1.
 
 Every checkpoint is evaluated with `asearcher eval --hf-model` on the held-out questions: F1 Avg@k, searches per
 trajectory, the valid-action rate. Arms: (a) the SFT start; (b) after RL; (c) control: the same RL with the engines
@@ -29,17 +30,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from asearcher_plugin.openrlhf.cpu.actors import step_rewards  # noqa: E402
+from asearcher_plugin.sft.recipe import write_cpu_recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.search_task import make_questions, split  # noqa: E402
 
 CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
+# What the agent shows of a result: the title the answer copies comes first, a short text keeps sequences short.
+MAX_DOC_CHARS = 200
 AGENT = {"agent_type": "search-r1", "max_turns": 3, "max_new_tokens_per_turn": 96, "topk": 1}
 
 
 def sh(cmd: list[str], log: Path, cwd: Path | None = None) -> None:
     started = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
-    log.write_text(proc.stdout + proc.stderr)
+    with open(log, "w") as fh:  # written as it runs: a long step's progress can be watched
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, cwd=cwd)
     if proc.returncode != 0:
         raise SystemExit(f"failed ({time.time() - started:.0f} s): {' '.join(cmd[:6])} ..., see {log}")
 
@@ -50,6 +54,7 @@ def agent_sets(kb_url: str) -> list[str]:
         f"agent.max_turns={AGENT['max_turns']}",
         f"agent.max_new_tokens_per_turn={AGENT['max_new_tokens_per_turn']}",
         f"agent.tools.topk={AGENT['topk']}",
+        f"agent.tools.max_doc_chars={MAX_DOC_CHARS}",
         "agent.tools.backend=local",
         f"agent.tools.local.urls=[{kb_url}]",
         "agent.reward.metric=f1",
@@ -163,12 +168,14 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=5126)
     ap.add_argument("--teacher-k", type=int, default=2)
     ap.add_argument("--sft-epochs", type=int, default=6)
+    ap.add_argument("--sft-batch", type=int, default=4, help="sequences per SFT update")
     ap.add_argument("--sft-lr", type=float, default=2e-3)
     ap.add_argument("--rl-prompts", type=int, default=64, help="training questions for RL (16 steps of 4)")
     ap.add_argument("--rl-lr", type=float, default=1e-4)
     ap.add_argument("--n", type=int, default=4, help="samples per prompt (group size)")
     ap.add_argument("--eval-k", type=int, default=2)
     ap.add_argument("--eval-limit", type=int, default=48, help="held-out questions evaluated")
+    ap.add_argument("--start-only", action="store_true", help="stop after evaluating the SFT start (a)")
     args = ap.parse_args()
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
@@ -178,7 +185,9 @@ def main() -> None:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     kb, model = ensure_sample_kb(Path(args.kb)), Path(ensure_tiny_model(args.model)).resolve()
-    train_q, held_q = split(make_questions(kb), 0.25, 0)
+    from transformers import AutoTokenizer
+
+    train_q, held_q = split(make_questions(kb, AutoTokenizer.from_pretrained(str(model))), 0.25, 0)
     for name, rows in (("train", train_q), ("heldout", held_q)):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (work / "rl_prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_q[: args.rl_prompts]))
@@ -203,34 +212,24 @@ def main() -> None:
             "--heldout", "0.1"], work / "sft-data.log")  # fmt: skip
         sft_model = work / "sft-model"
         if not (sft_model / "config.json").is_file():
-            recipe = work / "warm.yaml"
-            recipe.write_text(
-                json.dumps(
-                    {
-                        "sft": {
-                            "model.model_name_or_path": str(model),
-                            "data.dataset": str(work / "sft-data" / "train.jsonl"),
-                            "eval.dataset": str(work / "sft-data" / "heldout.jsonl"),
-                            "data.max_len": 2048,
-                            "train.batch_size": 8,
-                            "train.micro_batch_size": 4,
-                            "train.max_epochs": args.sft_epochs,
-                            "adam.lr": args.sft_lr,
-                            "ds.zero_stage": 0,
-                            "ds.attn_implementation": "sdpa",
-                            "ckpt.output_dir": str(sft_model),
-                            "ckpt.path": str(work / "sft-ckpt"),
-                        },
-                        "openrlhf": {"actor.model_name_or_path": str(sft_model)},
-                    }
-                )
+            recipe = write_cpu_recipe(
+                work / "warm.yaml",
+                model,
+                work / "sft-data" / "train.jsonl",
+                sft_model,
+                work / "sft-ckpt",
+                **{"eval.dataset": str(work / "sft-data" / "heldout.jsonl"), "train.batch_size": args.sft_batch},
+                **{"train.micro_batch_size": args.sft_batch, "train.max_epochs": args.sft_epochs},
+                **{"adam.lr": args.sft_lr},
             )
             sh([*CLI, "sft", str(recipe), "--cpu"], work / "sft.log")
         timings["sft_s"] = time.time() - t
         held = work / "heldout.jsonl"
         results = {"runs": {arm: [] for arm in "abcd"}}
         start_eval = evaluate(sft_model, held, url, work / "eval-sft", args.eval_k, args.eval_limit)
-        print(f"(a) SFT start: {start_eval}")
+        print(f"(a) SFT start: {start_eval}", flush=True)
+        if args.start_only:
+            return
         for seed in args.seeds:
             results["runs"]["a"].append({"seed": seed, "eval": start_eval})
             for arm, load in (("b", True), ("c", False)):
@@ -276,7 +275,7 @@ def publish_table(results: dict, args, n_train: int, n_held: int) -> None:
             ]
         )
     note = (
-        f"cloze questions on the sample KB ({n_train} train, {n_held} held out by article, {args.eval_limit} held-out "
+        f"`WORD: which article?` questions on the sample KB ({n_train} train, {n_held} held out by article, {args.eval_limit} held-out "
         f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; SFT: "
         f"{args.sft_epochs} epochs, lr {args.sft_lr}; RL: {args.rl_prompts} questions, B=4 x n={args.n}, reward F1, "
         f"lr {args.rl_lr}; seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"

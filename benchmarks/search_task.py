@@ -1,14 +1,16 @@
-"""A task where searching matters, over a built knowledge base: cloze questions on its passages.
+"""A task where searching matters, over a built knowledge base: which article holds a word?
 
-Each question quotes one sentence of a passage with a year blanked out, and names the article, e.g. `Anarchism: "The
-term "anarchist" first entered the English language in ____, during the English Civil War, ..." Which year fills the
-blank?`. The year is not in the question and not guessable from it; a search with the question finds the passage
-(the sentence is quoted), and the year stands in the results right after the words the question quotes. Questions
-are split by article, so no held-out question's page was seen in training: the held-out answers can only come from
-search.
+Each question is one word that only one passage of the whole KB holds, e.g. `Royalists: which article?`; its answer is
+the title of that passage's article. The title is not in the question and not guessable from it; a search with the
+question finds the passage (checked with the KB's own BM25: an article's passage is its top result), whose result
+starts with the title (`Doc 1(Title: Anarchism) ...`), so an agent that searches with the question and copies the
+title from the result is right. The questions are short and all the same number of tokens on purpose: a tiny model
+copies the question into its search at one fixed distance, and the title from behind `Title:`, and it learns both in
+minutes on CPU; an answer of several words gets F1's partial credit. Questions are split by article, so no held-out
+question's article was seen in training: the held-out answers can only come from search.
 
-`python benchmarks/search_task.py KB_DIR OUT_DIR` writes `train.jsonl` and `heldout.jsonl` (rows `id`, `question`,
-`golden_answers`, `title`), a deterministic function of the KB and `--seed`.
+`python benchmarks/search_task.py KB_DIR TOKENIZER OUT_DIR` writes `train.jsonl` and `heldout.jsonl` (rows `id`,
+`question`, `golden_answers`, `title`), a deterministic function of the KB, the tokenizer and `--seed`.
 """
 
 from __future__ import annotations
@@ -17,45 +19,50 @@ import argparse
 import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
-YEAR = re.compile(r"\b(1[0-9]{3}|20[0-2][0-9])\b")
-SENTENCE = re.compile(r"(?<=[.!?])\s+")
+KEY = re.compile(r"[A-Za-z]{6,}")  # long words: distinctive, and read by BM25 as themselves
+KEY_TOKENS = 3  # every question's word is this many tokens, so every question is the same length
+PER_ARTICLE = 8  # questions per article at most: a few long articles do not make the task
 
 
-def passages(kb_dir: Path):
+def passages(kb_dir: Path) -> list[dict]:
     with open(kb_dir / "passages.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            title, _, text = row["contents"].partition("\n")
-            yield title.strip('"'), text
+        return [json.loads(line) for line in fh]
 
 
-def cloze(sentence: str) -> tuple[str, str] | None:
-    """The sentence with its one year blanked, and the year; None when it holds no year or several."""
-    years = YEAR.findall(sentence)
-    if len(years) != 1 or not 60 <= len(sentence) <= 180 or "\n" in sentence:
-        return None
-    year = years[0]
-    before = sentence[: sentence.index(year)].strip()
-    if len(before.split()) < 4:  # too little context before the blank to find the place in the results
-        return None
-    return YEAR.sub("____", sentence, count=1), year
+def make_questions(kb_dir: Path, tokenizer, per_article: int = PER_ARTICLE) -> list[dict]:
+    """Words of `KEY_TOKENS` tokens that one passage holds and no other (and neither in its title nor holding it), kept when the KB's
+    BM25 ranks a passage of the same article first for the question; the first `per_article` of each article."""
+    from local_retriever.kb import KnowledgeBase
 
-
-def make_questions(kb_dir: Path, per_article: int = 6) -> list[dict]:
-    rows, taken = [], {}
-    for title, text in passages(kb_dir):
-        for sentence in SENTENCE.split(text):
-            made = cloze(sentence.strip())
-            if made is None or taken.get(title, 0) >= per_article:
-                continue
-            blanked, year = made
-            taken[title] = taken.get(title, 0) + 1
-            question = f'{title}: "{blanked}" Which year fills the blank?'
-            qid = hashlib.sha256(question.encode()).hexdigest()[:12]
-            rows.append({"id": qid, "question": question, "golden_answers": [year], "title": title})
-    return rows
+    rows = passages(kb_dir)
+    df = Counter(w for r in rows for w in {w.lower() for w in KEY.findall(r["contents"])})
+    candidates = []
+    for row in rows:
+        title = row["title"]
+        for word in KEY.findall(row["contents"].partition("\n")[2]):
+            key, name = word.lower(), title.lower()
+            if df[key] == 1 and key not in name and name not in key:
+                if len(tokenizer.tokenize(" " + word)) == KEY_TOKENS:
+                    candidates.append((title, f"{word}: which article?"))
+    kb = KnowledgeBase(kb_dir, "bm25")
+    try:
+        # the agent asks with the question as the model wrote it: a teacher that searches the question finds it
+        top = kb.search([q for _, q in candidates], 1)
+        found = [kb.rows(hits)[0][0]["title"] if hits else None for hits in top]
+    finally:
+        kb.close()
+    taken, seen = Counter(), set()
+    out = []
+    for (title, question), got in zip(candidates, found):
+        qid = hashlib.sha256(question.encode()).hexdigest()[:12]
+        if got == title and taken[title] < per_article and qid not in seen:  # a word twice in its passage: once
+            taken[title] += 1
+            seen.add(qid)
+            out.append({"id": qid, "question": question, "golden_answers": [title], "title": title})
+    return out
 
 
 def split(rows: list[dict], heldout: float, seed: int) -> tuple[list[dict], list[dict]]:
@@ -71,12 +78,16 @@ def split(rows: list[dict], heldout: float, seed: int) -> tuple[list[dict], list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kb_dir", type=Path)
+    ap.add_argument("tokenizer", help="the student model's folder: a question's word is counted in its tokens")
     ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--per-article", type=int, default=6)
+    ap.add_argument("--per-article", type=int, default=PER_ARTICLE)
     ap.add_argument("--heldout", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    train, held = split(make_questions(args.kb_dir, args.per_article), args.heldout, args.seed)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    train, held = split(make_questions(args.kb_dir, tokenizer, args.per_article), args.heldout, args.seed)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, rows in (("train", train), ("heldout", held)):
         (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from asearcher_plugin.sft import data as sft_data
+from asearcher_plugin.sft.recipe import write_cpu_recipe
 from tests.helpers import run_cli, serve_app
 from tests.sft_teacher import ITEMS, kb_app, teach
 
@@ -59,27 +60,14 @@ def test_sft_then_greedy_reproduces_the_teacher(tmp_path, tiny_model, tokenizer)
     assert next_actions_reproduced(tiny_model, rows) == 0  # the random model does not know them
 
     out = tmp_path / "sft-model"
-    recipe = tmp_path / "warm.yaml"
-    recipe.write_text(
-        json.dumps(
-            {
-                "sft": {
-                    "model.model_name_or_path": str(tiny_model),
-                    "data.dataset": str(tmp_path / "data" / "train.jsonl"),
-                    "data.max_len": 2048,
-                    "train.batch_size": 1,
-                    "train.micro_batch_size": 1,
-                    "train.max_epochs": 40,
-                    "adam.lr": 0.005,
-                    "lr_warmup_ratio": 0.05,
-                    "ds.zero_stage": 0,
-                    "ds.attn_implementation": "sdpa",
-                    "ckpt.output_dir": str(out),
-                    "ckpt.path": str(tmp_path / "ckpt"),
-                },
-                "openrlhf": {"actor.model_name_or_path": str(out)},  # the RL that would start from it
-            }
-        )
+    recipe = write_cpu_recipe(
+        tmp_path / "warm.yaml",
+        tiny_model,
+        tmp_path / "data" / "train.jsonl",
+        out,
+        tmp_path / "ckpt",
+        **{"train.batch_size": 1, "train.micro_batch_size": 1, "train.max_epochs": 40, "adam.lr": 0.005},
+        lr_warmup_ratio=0.05,
     )
     result = run_cli("sft", str(recipe), "--cpu", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,0 +1,39 @@
+"""The learning benchmark's task (`benchmarks/search_task.py`) on the real sample KB and the tiny model's tokenizer:
+the answer is only in the search result, the result the question finds shows it where the agent prints the title,
+every question is the same number of tokens, and no held-out article is trained on."""
+
+from __future__ import annotations
+
+from asearcher_plugin.agent.prompts import format_docs
+from asearcher_plugin.reward import normalize_answer
+from benchmarks.search_task import make_questions, passages, split
+
+
+def test_questions_answer_from_search_only(sample_kb, tokenizer):
+    from local_retriever.kb import KnowledgeBase
+
+    rows = make_questions(sample_kb, tokenizer)
+    assert len(rows) >= 300
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert len({len(tokenizer.tokenize(" " + r["question"])) for r in rows}) == 1  # one copy distance for all
+    texts = [p["contents"].lower() for p in passages(sample_kb)]
+    kb = KnowledgeBase(sample_kb, "bm25")
+    try:
+        for row in rows[::7]:
+            title = row["golden_answers"][0]
+            word = row["question"].split(":")[0].lower()
+            assert normalize_answer(title) not in word and not set(normalize_answer(title).split()) & {word}
+            assert sum(word in t for t in texts) >= 1
+            top = kb.rows(kb.search([row["question"]], 1)[0])[0][0]
+            assert format_docs([top], 200).startswith(f"Doc 1(Title: {title}) ")  # what the agent shows first
+    finally:
+        kb.close()
+
+
+def test_split_keeps_each_article_on_one_side(sample_kb, tokenizer):
+    rows = make_questions(sample_kb, tokenizer)
+    train, held = split(rows, 0.25, 0)
+    assert len(train) + len(held) == len(rows) and 0.1 < len(held) / len(rows) < 0.5
+    assert not {r["title"] for r in train} & {r["title"] for r in held}
+    assert split(rows, 0.25, 0) == (train, held)
+    assert split(rows, 0.25, 1) != (train, held)
