@@ -33,8 +33,8 @@ def passages(kb_dir: Path) -> list[dict]:
 
 
 def make_questions(kb_dir: Path, tokenizer, per_article: int = PER_ARTICLE) -> list[dict]:
-    """Words of `KEY_TOKENS` tokens that one passage holds and no other (and neither in its title nor holding it), kept when the KB's
-    BM25 ranks a passage of the same article first for the question; the first `per_article` of each article."""
+    """Words of `KEY_TOKENS` tokens that one passage holds and no other (neither in its title nor holding it), kept
+    when the KB's BM25 ranks a passage of the same article first for the question; `per_article` per article."""
     from local_retriever.kb import KnowledgeBase
 
     rows = passages(kb_dir)
