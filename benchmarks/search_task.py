@@ -1,12 +1,13 @@
 """A task where searching matters, over a built knowledge base: which article holds a word?
 
-Each question is one word that only one passage of the whole KB holds, e.g. `Royalists: which article?`; its answer is
+Each question names one word that only one passage of the whole KB holds, e.g. `Article with Royalists?`; its answer is
 the title of that passage's article. The title is not in the question and not guessable from it; a search with the
 question finds the passage (checked with the KB's own BM25: an article's passage is its top result), whose result
 starts with the title (`Doc 1(Title: Anarchism) ...`), so an agent that searches with the question and copies the
-title from the result is right. The questions are short and all the same number of tokens on purpose: a tiny model
-copies the question into its search at one fixed distance, and the title from behind `Title:`, and it learns both in
-minutes on CPU; an answer of several words gets F1's partial credit. Questions are split by article, so no held-out
+title from the result is right. The questions are short and all the same number of tokens on purpose: the copies a
+tiny model has to make (the question into its search, the title out of the result) stay short, and the word follows
+`with`, a token met nowhere else in the prompt, so the search copies it by induction (see `copy_skill.py`); an answer
+of several words gets F1's partial credit. Questions are split by article, so no held-out
 question's article was seen in training: the held-out answers can only come from search.
 
 `python benchmarks/search_task.py KB_DIR TOKENIZER OUT_DIR` writes `train.jsonl` and `heldout.jsonl` (rows `id`,
@@ -46,7 +47,7 @@ def make_questions(kb_dir: Path, tokenizer, per_article: int = PER_ARTICLE) -> l
             key, name = word.lower(), title.lower()
             if df[key] == 1 and key not in name and name not in key:
                 if len(tokenizer.tokenize(" " + word)) == KEY_TOKENS:
-                    candidates.append((title, f"{word}: which article?"))
+                    candidates.append((title, f"Article with {word}?"))
     kb = KnowledgeBase(kb_dir, "bm25")
     try:
         # the agent asks with the question as the model wrote it: a teacher that searches the question finds it
