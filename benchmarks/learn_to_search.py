@@ -285,9 +285,10 @@ def publish_table(results: dict, args, n_train: int, n_held: int) -> None:
             ]
         )
     note = (
-        f"`WORD: which article?` questions on the sample KB ({n_train} train, {n_held} held out by article, "
+        f"`Article with WORD?` questions on the sample KB ({n_train} train, {n_held} held out by article, "
         f"{args.eval_limit} held-out "
-        f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; SFT: "
+        f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; "
+        f"copy skill: {args.copy_steps} steps; SFT: "
         f"{args.sft_epochs} epochs, lr {args.sft_lr}; RL: {args.rl_prompts} questions, B=4 x n={args.n}, reward F1, "
         f"lr {args.rl_lr}; seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
     )
