@@ -9,6 +9,7 @@ process before OpenRLHF's `__init__`. The policy actor also keeps a record of wh
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 
@@ -70,6 +71,10 @@ class FitLog:
         path.mkdir(parents=True, exist_ok=True)
         line = {
             "fit": self._fits,
+            "rank": torch.distributed.get_rank() if torch.distributed.is_initialized() else 0,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            # per_call: this rank's micro-batches (optimizer step, tokens as the forward pads them, padding or not)
+            "micro_batches": getattr(self, "asearcher_micro_batches", None),
             "time": time.time(),
             "status": {k: v for k, v in status.items() if isinstance(v, (int, float))},
             "experiences": self.__dict__.pop("_fit_rows", []),
