@@ -50,6 +50,9 @@ class Trajectory:
     # agent.training_sequences per_call: OpenRLHF's per-sequence fields (observation_tokens, action_ranges,
     # rollout_log_probs, token_times, turn_times) of each sequence, in call order
     sequences: list[dict] | None = None
+    # evaluation's record of the same per-call fields (for `asearcher sft-data`): never trained on, never sent to
+    # OpenRLHF, so the whole trajectory stays what training and OpenRLHF read
+    calls: list[dict] | None = None
     images: Any = None
     mm_train_inputs: Any = None
 
@@ -97,10 +100,14 @@ class Trajectory:
 def token_sequences(trajectory: Trajectory) -> list[dict] | None:
     """The trajectory's training sequences as written to trajectories.jsonl: `{"tokens", "action_ranges"}` each,
     the per-call sequences when the calls were recorded, else its one sequence; None when it has neither."""
-    pieces = trajectory.sequences or (
-        [{"observation_tokens": trajectory.observation_tokens, "action_ranges": trajectory.action_ranges or []}]
-        if trajectory.observation_tokens is not None
-        else []
+    pieces = (
+        trajectory.sequences
+        or trajectory.calls
+        or (
+            [{"observation_tokens": trajectory.observation_tokens, "action_ranges": trajectory.action_ranges or []}]
+            if trajectory.observation_tokens is not None
+            else []
+        )
     )
     rows = [
         {"tokens": list(p["observation_tokens"]), "action_ranges": [list(r) for r in p["action_ranges"]]}

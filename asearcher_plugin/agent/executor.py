@@ -196,9 +196,16 @@ class AgentExecutor(AgentExecutorBase):
             rollout_log_probs=transcript.logprobs,
             token_times=[call_starts[0] if call_starts else None, last_token_at],
             turn_times=call_starts,
-            sequences=records.to_openrlhf() if records is not None else None,
+            **self._recorded(records),
             images=images,
         )
+
+    def _recorded(self, records: CallRecords | None) -> dict:
+        """Per-call records go to training as `sequences` with per_call; otherwise (evaluation) to `calls`, which
+        only `asearcher sft-data` reads."""
+        if records is None:
+            return {}
+        return {"sequences" if self.per_call else "calls": records.to_openrlhf()}
 
     async def _start(self, agent, prompt, label, sampling_params, max_length: int, hf_tokenizer) -> Transcript:
         """The prompt's tokens, cut from the left so at least one turn fits."""
@@ -265,7 +272,7 @@ class AgentExecutor(AgentExecutorBase):
             stats=stats,
             answer=agent.answer,
             text=history,
-            sequences=records.to_openrlhf() if records is not None else None,
+            **self._recorded(records),
         )
 
 

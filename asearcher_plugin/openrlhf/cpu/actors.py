@@ -38,6 +38,16 @@ def on_cpu(actor_class, *mixins):
     return ray.remote(num_gpus=1)(cls)
 
 
+def info_values(value) -> list | None:
+    """An experience's info entry as a flat list: a tensor, or (after OpenRLHF's `make_experience_batch`, which
+    balancing across ranks calls) a list of one 0-d tensor per sample; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return value.flatten().tolist()
+    if isinstance(value, list) and value and all(isinstance(v, (torch.Tensor, int, float)) for v in value):
+        return [float(v) for v in value]
+    return None
+
+
 class FitLog:
     """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info and the
     tokens each sample puts into the loss (its action mask as the trainer got it)."""
@@ -56,7 +66,7 @@ class FitLog:
                 ]
                 if experience.advantages is not None
                 else None,
-                "info": {k: v.flatten().tolist() for k, v in experience.info.items() if isinstance(v, torch.Tensor)},
+                "info": {k: info_values(v) for k, v in experience.info.items() if info_values(v) is not None},
             }
         )
         return super().append(experience)
