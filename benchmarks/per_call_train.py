@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.train_outage import _jsonl, _port, command  # noqa: E402
 
-BUDGET = 4096  # tokens per micro-batch: well below one update's tokens per rank at 32 turns and more
+# tokens per micro-batch: at least data.max_len (the tiny model's positions); a rank's update at 32 turns
+# and more needs several
+BUDGET = 8192
 
 
 def run(turns: int, kb_url: str, model: Path, work: Path, prompts: Path) -> dict:
@@ -42,7 +44,7 @@ def run(turns: int, kb_url: str, model: Path, work: Path, prompts: Path) -> dict
         "agent.training_sequences=per_call",
         f"agent.max_turns={turns + 4}",
         "agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity",
-        "openrlhf.data.max_len=8192",  # the tiny model's positions
+        f"openrlhf.data.max_len={BUDGET}",
         "openrlhf.actor.num_gpus_per_node=2",
         "openrlhf.train.batch_size=2",
         "openrlhf.train.micro_batch_size=1",
@@ -116,7 +118,7 @@ def main() -> None:
     header = [
         "turns / trajectory",
         "sequences / trajectory",
-        "peak tokens / micro-batch (budget 4,096)",
+        "peak tokens / micro-batch (budget 8,192)",
         "micro-batches / update / rank",
         "optimizer steps / update",
         "policy actor peak RSS, rank 0 / 1 (MB)",

@@ -175,6 +175,32 @@ def test_ranks_agree_on_the_micro_batches_of_each_step_and_a_short_rank_pads():
     assert [i["batch_num_tokens"] == PADDING for i in infos] == [m.padding for m in plan]
 
 
+def test_a_short_rollout_batch_still_reaches_every_policy_rank(openrlhf):
+    """Two policy ranks, rollout.micro_batch_size 3: a batch short of groups (a group failed alone, the data's end)
+    makes one sample batch in OpenRLHF's own split, and its dispatch refuses fewer batches than ranks (the run
+    stopped there). The hook cuts the batch per rank, every sample once."""
+    from asearcher_plugin.openrlhf.micro_batches import MicroBatchError, every_rank
+
+    args = args_for("group_norm")
+    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, 3
+    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
+    samples = [
+        openrlhf.Experience(
+            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
+        )
+        for n in (5, 7, 9)
+    ]
+    batches = openrlhf.Maker.split_rollout_samples(maker, samples)
+    assert len(batches) == 1  # OpenRLHF's split: one sample batch for two ranks
+    out = every_rank(batches, samples, ranks=2, pad_token_id=0)
+    assert [len(b.sequences) for b in out] == [1, 2]
+    assert [int(row[0]) for b in out for row in b.sequences] == [5, 7, 9]  # every sample, once, in order
+    full = openrlhf.Maker.split_rollout_samples(maker, samples * 2)
+    assert every_rank(full, samples * 2, ranks=2, pad_token_id=0) is full  # a full batch is left as it is
+    with pytest.raises(MicroBatchError, match="1 samples for 2 policy ranks"):
+        every_rank(batches[:1], samples[:1], ranks=2, pad_token_id=0)
+
+
 def test_the_gradient_of_a_step_split_by_tokens_equals_the_unsplit_one(tiny_model):
     """OpenRLHF's Actor and PolicyLoss on the tiny model; DeepSpeed's backward divides by its accumulation steps G,
     as here. One step of 6 sequences trained as one micro-batch and as the budget cuts it (k > 1 micro-batches): the

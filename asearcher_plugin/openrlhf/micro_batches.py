@@ -191,3 +191,20 @@ def rank_shares(experiences: list, ranks: int) -> list:
         raise MicroBatchError(f"{len(items)} sequences for {ranks} policy ranks: every rank needs one")
     lengths = [int(item.attention_mask.sum()) for item in items]
     return [make_experience_batch([items[i] for i in sorted(share)]) for share in balanced(lengths, ranks)]
+
+
+def every_rank(sample_batches: list, samples: list, ranks: int, pad_token_id: int) -> list:
+    """OpenRLHF's sample batches for the models' forward, at least one per policy rank: its dispatch refuses fewer
+    batches than ranks, and a rollout batch may hold fewer samples than a full one (groups that failed alone, the
+    data's end). Then the batch's samples are cut into `ranks` sample batches of near-equal counts instead."""
+    if len(sample_batches) >= ranks:
+        return sample_batches
+    if len(samples) < ranks:
+        raise MicroBatchError(
+            f"a rollout batch of {len(samples)} samples for {ranks} policy ranks: every rank needs one (run fewer "
+            "policy actors, or more samples per prompt)"
+        )
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    bounds = [r * len(samples) // ranks for r in range(ranks + 1)]
+    return [Experience.concat_experiences(samples[a:b], pad_token_id) for a, b in zip(bounds, bounds[1:])]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .micro_batches import cost, ordered_micro_batches, plan_update, rank_shares
+from .micro_batches import cost, every_rank, ordered_micro_batches, plan_update, rank_shares
 
 TRAJECTORY_KEY = "asearcher_trajectory"  # which trajectory of the batch a sample is part of
 GROUP_KEY = "asearcher_group"  # which group (prompt) of the batch
@@ -89,7 +89,22 @@ def compute_per_trajectory(maker, experiences, original):
     return experiences
 
 
-class PerCallTrainer:
+class EveryRankSamples:
+    """Mixed into OpenRLHF's async `TrainingActor`: a rollout batch smaller than a full one still reaches every
+    policy rank (`micro_batches.every_rank`), where OpenRLHF's dispatch would stop the run."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        maker = self.experience_maker
+        flags = maker.args
+        ranks = flags.actor.num_nodes * flags.actor.num_gpus_per_node
+        ranks //= flags.ds.ring_attn_size * flags.ds.tensor_parallel_size
+        split = maker.split_rollout_samples
+        pad = maker.tokenizer.pad_token_id
+        maker.split_rollout_samples = lambda samples: every_rank(split(samples), samples, ranks, pad)
+
+
+class PerCallTrainer(EveryRankSamples):
     """Mixed into OpenRLHF's async `TrainingActor`: its experience maker computes advantages per trajectory, and
     each policy rank gets a share of the batch balanced by tokens (micro_batches.py)."""
 

@@ -48,7 +48,7 @@ from ..scheduler.breaker import OutageBreaker
 from ..scheduler.core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
 from ..scheduler.errors import EndpointOutage
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
-from .per_call import GROUP_KEY, TRAJECTORY_KEY, PerCallPolicy, PerCallTrainer, mixed
+from .per_call import GROUP_KEY, TRAJECTORY_KEY, EveryRankSamples, PerCallPolicy, PerCallTrainer, mixed
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
@@ -537,17 +537,19 @@ def install(settings: SchedulerConfig, per_call: bool = False, kb_urls: tuple[st
     check_contract()
     stock_generator_actor()
     async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings, per_call, kb_urls))
-    _restore_per_call()  # an earlier job's
-    if per_call:  # the trainer's advantages and the policy's optimizer steps, per trajectory (per_call.py)
-        from openrlhf.trainer.ray import ppo_actor
+    _restore_trainer()  # an earlier job's
+    from openrlhf.trainer.ray import ppo_actor
 
-        _STOCK["trainer"], _STOCK["policy"] = async_trainer.TrainingActor, ppo_actor.PolicyModelActor
-        async_trainer.TrainingActor = mixed(async_trainer.TrainingActor, PerCallTrainer)
+    _STOCK["trainer"], _STOCK["policy"] = async_trainer.TrainingActor, ppo_actor.PolicyModelActor
+    # a batch short of groups (failed alone, the data's end) still reaches every policy rank; per_call: the trainer's
+    # advantages and the policy's optimizer steps, per trajectory (per_call.py)
+    async_trainer.TrainingActor = mixed(async_trainer.TrainingActor, PerCallTrainer if per_call else EveryRankSamples)
+    if per_call:
         ppo_actor.PolicyModelActor = mixed(ppo_actor.PolicyModelActor, PerCallPolicy)
     _STOCK["job"] = job
 
 
-def _restore_per_call() -> None:
+def _restore_trainer() -> None:
     if "trainer" in _STOCK:
         from openrlhf.trainer.ray import ppo_actor
 
@@ -565,5 +567,5 @@ def uninstall() -> None:
             "using it: ray.shutdown() first"
         )
     async_trainer.GenerateSamplesActor = _STOCK["actor"]
-    _restore_per_call()
+    _restore_trainer()
     _STOCK.pop("job", None)

@@ -113,10 +113,12 @@ class ScriptedEngine:
 def _scripted_logprobs(done, ids: list[int]) -> list[dict]:
     """The engine's log-prob of each scripted token, from the prompt log-probs of the request that read them."""
     given = list(getattr(done, "prompt_logprobs", None) or [])[-len(ids) :]
-    if len(given) != len(ids) or any(not lp or t not in lp for t, lp in zip(ids, given)):
+    bad = [i for i, (t, lp) in enumerate(zip(ids, given)) if not lp or t not in lp]
+    if len(given) != len(ids) or bad:
+        at = f"; at scripted token {bad[0]} (id {ids[bad[0]]}) it gave {given[bad[0]]!r}" if bad else ""
         raise RuntimeError(
-            f"the engine returned prompt log-probs for {len(given)} of the {len(ids)} scripted tokens: the scripted "
-            "workload needs an engine that honours SamplingParams.prompt_logprobs"
+            f"the engine returned prompt log-probs for {len(given) - len(bad)} of the {len(ids)} scripted tokens"
+            f"{at}: the scripted workload needs an engine that honours SamplingParams.prompt_logprobs"
         )
     return [{t: Logprob(lp[t].logprob, rank=1)} for t, lp in zip(ids, given)]
 
