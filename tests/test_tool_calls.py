@@ -8,6 +8,8 @@ the ids the engine sampled."""
 import asyncio
 import copy
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +221,41 @@ def test_malformed_calls_are_the_models_and_an_unreachable_kb_is_the_infrastruct
     assert "Error: there is no tool 'browse'; the tools are: search, access, calculator" in shown[1]
     assert "Error: argument 'expression' of calculator must be string, got 12" in shown[2]
     assert "<tool_response>\n42\n</tool_response>" in shown[3]
+
+
+def test_an_extra_tool_and_an_mcp_servers_tools_are_offered_and_called(tokenizer):
+    pytest.importorskip("mcp")
+    server = [sys.executable, str(Path(__file__).with_name("mcp_unit_server.py"))]
+    cfg = AgentConfig.model_validate(
+        {
+            "agent_type": "tool-calls",
+            "tools": {
+                "builtin": [],
+                "extra": ["tests.tool_examples:calculator"],
+                "mcp": [{"command": server, "prefix": "units_"}],
+            },
+        }
+    )
+    turns = [
+        (
+            '<tool_call>\n{"name": "units_miles_to_km", "arguments": {"miles": 26.2}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * 21"}}\n</tool_call>',
+            "eos",
+        ),
+        ('<tool_call>\n{"name": "units_broken", "arguments": {"reason": "test"}}\n</tool_call>', "eos"),
+        ("<answer> 42.165 km </answer>", "eos"),
+    ]
+    engine = ScriptedEngine(tokenizer, turns)
+    traj, events = run(cfg, tokenizer, engine)
+    first = tokenizer.decode(engine.calls[0])
+    # the schemas as the chat template shows them: the extra tool's from its type hints, the MCP server's own
+    assert '"name": "calculator", "description": "Evaluate an arithmetic expression' in first
+    assert '"name": "units_miles_to_km", "description": "Convert a distance in miles to kilometres."' in first
+    assert [c["result"] for c in events[0].calls] == ["42.165 km", "42"]
+    assert "broken on purpose: test" in events[1].calls[0]["result"]
+    assert "<tool_response>\n42.165 km\n</tool_response>\n<tool_response>\n42\n</tool_response>" in tokenizer.decode(
+        engine.calls[1]
+    )
+    # a tool's own failure: a tool error, neither the model's invalid action nor the infrastructure's
+    assert traj.stats["tool_errors"] == 1 and traj.stats["tool_errors_infra"] == 0
+    assert traj.stats["invalid_actions"] == 0 and traj.stats["tool_calls"] == 3 and traj.answer == "42.165 km"
