@@ -44,7 +44,8 @@ class McpTools:
         except ImportError:
             raise ConfigError("tools.mcp needs the mcp package: pip install 'asearcher-plugin[mcp]'") from None
         name = server.url or " ".join(server.command or [])
-        target = server.url or StdioServerParameters(command=server.command[0], args=server.command[1:], env=server.env)
+        argv = server.command or []
+        target = server.url or StdioServerParameters(command=argv[0], args=argv[1:], env=server.env)
         ready: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def hold() -> None:
