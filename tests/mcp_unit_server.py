@@ -1,4 +1,7 @@
-"""A stdio MCP server for the tests: one unit-conversion tool, and one that always fails."""
+"""An MCP server for the tests: one unit-conversion tool, and one that always fails. Over stdio, or over streamable
+HTTP on 127.0.0.1 at the port given as its argument."""
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -19,4 +22,7 @@ def broken(reason: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) > 1:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        server.run()

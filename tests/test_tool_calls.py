@@ -8,7 +8,10 @@ the ids the engine sampled."""
 import asyncio
 import copy
 import json
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,17 +226,34 @@ def test_malformed_calls_are_the_models_and_an_unreachable_kb_is_the_infrastruct
     assert "<tool_response>\n42\n</tool_response>" in shown[3]
 
 
-def test_an_extra_tool_and_an_mcp_servers_tools_are_offered_and_called(tokenizer):
+@pytest.fixture(params=["stdio", "http"])
+def mcp_server(request):
+    """The test's MCP server: a command to start over stdio, or a streamable-HTTP one started here on loopback."""
     pytest.importorskip("mcp")
-    server = [sys.executable, str(Path(__file__).with_name("mcp_unit_server.py"))]
+    argv = [sys.executable, str(Path(__file__).with_name("mcp_unit_server.py"))]
+    if request.param == "stdio":
+        yield {"command": argv, "prefix": "units_"}
+        return
+    port = free_port()
+    proc = subprocess.Popen([*argv, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until it listens (the server process starts in a few seconds)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, "the MCP server exited"
+            time.sleep(0.1)
+        yield {"url": f"http://127.0.0.1:{port}/mcp", "prefix": "units_"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_an_extra_tool_and_an_mcp_servers_tools_are_offered_and_called(tokenizer, mcp_server):
     cfg = AgentConfig.model_validate(
         {
             "agent_type": "tool-calls",
-            "tools": {
-                "builtin": [],
-                "extra": ["tests.tool_examples:calculator"],
-                "mcp": [{"command": server, "prefix": "units_"}],
-            },
+            "tools": {"builtin": [], "extra": ["tests.tool_examples:calculator"], "mcp": [mcp_server]},
         }
     )
     turns = [
