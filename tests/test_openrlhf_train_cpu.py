@@ -397,6 +397,20 @@ def test_per_call_with_two_policy_actors_splits_by_tokens_and_never_hangs(
     assert "Global step 2" in (tmp_path / "train.log").read_text()
 
 
+@pytest.mark.timeout(1200)
+def test_a_tool_calls_agent_trains(tmp_path, tiny_model, kb_server, per_call_prompts):
+    """`asearcher train cpu_tiny --cpu --set agent.agent_type=tool-calls`: the tiny model is prompted through its chat
+    template with the tool schemas, and the loss covers exactly the tokens vLLM sampled (the template's tokens between
+    calls are masked)."""
+    train(tmp_path, tiny_model, kb_server, per_call_prompts, "agent.agent_type=tool-calls")
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(fits) == 2 and len(batches(read_jsonl(tmp_path / "trace.jsonl"))) == 2
+    for exp in (e for fit in fits for e in fit["experiences"]):
+        assert exp["loss_tokens"] == exp["info"]["generated_tokens"]
+        assert {"tool_calls", "history_rewrites", "invalid_actions", "tool_errors_infra"} <= set(exp["info"])
+        assert all(t >= 1 for t in exp["info"]["turns"])
+
+
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
     """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
     shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")
