@@ -185,9 +185,7 @@ def test_per_call_prompts_are_the_templates_rendering_and_a_rewrite_starts_a_seq
         assert prompt == rendered(chat_tokenizer, convs[k], tools)
     # every call is in exactly one sequence: its prompt, then its sampled ids as a trained span
     spans = [
-        (s["observation_tokens"][:a], s["observation_tokens"][a:b])
-        for s in traj.calls
-        for a, b in s["action_ranges"]
+        (s["observation_tokens"][:a], s["observation_tokens"][a:b]) for s in traj.calls for a, b in s["action_ranges"]
     ]
     assert spans == [(p, list(s)) for p, s in engine.calls]
     rewrite = chat_tokenizer.chat_template == QWEN3_STYLE or split
