@@ -100,8 +100,11 @@ setup(
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
             *DOCS,  # scripts/test.sh: the documentation site, built with --strict
+            "mcp==2.3.0",  # tests/test_tool_calls.py: a stdio MCP server the test starts
         ],
         "docs": DOCS,
+        # tools.mcp: an MCP server's tools offered to agent_type tool-calls (asearcher_plugin/tools/mcp_tools.py)
+        "mcp": ["mcp==2.3.0"],
         "bench": ["aiotools>=1.7", "aiohttp>=3.9", "psutil>=5.9"],
     },
     entry_points={

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from local_retriever.endpoints import EndpointConfig
 
@@ -22,7 +22,7 @@ CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # The validated run config as JSON ({"agent": ..., "scheduler": ...}): the launcher puts it into Ray's
 # runtime env, so every rollout actor on every node reads the same config, with no file to copy.
 RUN_CONFIG_ENV = "ASEARCHER_RUN_CONFIG"
-AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning"]
+AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning", "tool-calls"]
 
 
 class _Strict(BaseModel):
@@ -56,6 +56,21 @@ class WebToolsConfig(_Strict):
     allow_private_hosts: list[str] = Field(default_factory=list, description="hosts exempt from the URL guard")
 
 
+class McpServerConfig(_Strict):
+    """One MCP server: a command to start over stdio, or the URL of a streamable-HTTP server."""
+
+    command: list[str] | None = Field(None, description="argv of a stdio server, e.g. [python, -m, my_server]")
+    env: dict[str, str] | None = Field(None, description="environment of the stdio server (default: inherited)")
+    url: str | None = Field(None, description="a streamable-HTTP MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    prefix: str = Field("", description="put before each of the server's tool names (two servers, one name)")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.url is None) == (not self.command):
+            raise ValueError("an MCP server needs exactly one of `command` (a non-empty argv) or `url`")
+        return self
+
+
 class ToolsConfig(_Strict):
     backend: Literal["local", "web"] = "local"
     topk: int = Field(3, ge=1, le=50)
@@ -70,6 +85,31 @@ class ToolsConfig(_Strict):
     )
     local: LocalToolsConfig = Field(default_factory=LocalToolsConfig)
     web: WebToolsConfig = Field(default_factory=WebToolsConfig)
+    builtin: list[Literal["search", "access"]] = Field(
+        default_factory=lambda: ["search", "access"],
+        description="agent_type tool-calls: the built-in tools offered to the model (the KB or web backend's)",
+    )
+    extra: list[str] = Field(
+        default_factory=list,
+        description="agent_type tool-calls: tools of your own, 'module:callable' each; a function with type hints "
+        "(or a `json_schema` attribute) and a docstring as its description, sync or async",
+    )
+    mcp: list[McpServerConfig] = Field(
+        default_factory=list,
+        description="agent_type tool-calls: MCP servers whose tools are offered to the model (needs the [mcp] extra)",
+    )
+    call_deadline: float = Field(60.0, gt=0, description="seconds one tool call of agent_type tool-calls may take")
+
+    @field_validator("extra")
+    @classmethod
+    def _extra_tools_resolve(cls, specs: list[str]) -> list[str]:
+        if specs:
+            from .tool_registry import resolve_extra
+
+            names = [resolve_extra(spec).name for spec in specs]  # ToolSpecError is a ValueError: reported here
+            if len(set(names)) < len(names):
+                raise ValueError(f"two extra tools have the same name: {names}")
+        return specs
 
 
 class JudgeConfig(EndpointConfig):
@@ -171,6 +211,11 @@ class AgentConfig(_Strict):
         "asearcher-reasoning); default: the packaged template of agent_type",
     )
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    tool_call_format: Literal["hermes", "llama3-json"] = Field(
+        "hermes",
+        description="agent_type tool-calls: how the model writes tool calls; hermes: <tool_call>{json}</tool_call> "
+        '(Qwen2.5/Qwen3, Hermes); llama3-json: a bare {"name": ..., "parameters": ...} object (Llama 3.x)',
+    )
     reward: RewardConfig = Field(default_factory=RewardConfig)
     training_sequences: Literal["trajectory", "per_call"] = Field(
         "trajectory",
@@ -201,6 +246,22 @@ class AgentConfig(_Strict):
                 "does; it needs feedback_style 'information', not 'chat'"
             )
         return tools
+
+    @model_validator(mode="after")
+    def _tool_options_need_tool_calls(self) -> AgentConfig:
+        if self.agent_type != "tool-calls":
+            used = [k for k in ("extra", "mcp") if getattr(self.tools, k)]
+            if used:
+                raise ValueError(
+                    f"tools.{used[0]} offers tools through the chat template's function calling: it needs "
+                    f"agent_type 'tool-calls', not {self.agent_type!r}"
+                )
+        elif self.tools.observation_format == "asearcher":
+            raise ValueError(
+                "agent_type 'tool-calls' returns tool results as tool messages: observation_format "
+                "'asearcher' (ASearcher's inline blocks) does not apply to it"
+            )
+        return self
 
 
 class SchedulerConfig(_Strict):

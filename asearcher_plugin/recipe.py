@@ -142,6 +142,11 @@ class Recipe(BaseModel):
         return model
 
     def _templated_once(self) -> None:
+        if self.openrlhf.get("data.apply_chat_template") and self.agent.agent_type == "tool-calls":
+            raise RecipeError(
+                f"{self.source}: openrlhf.data.apply_chat_template: agent_type tool-calls renders the whole "
+                "conversation with the chat template itself (the question is its user message); drop the flag"
+            )
         if self.openrlhf.get("data.apply_chat_template") and self.agent.wrap_prompt:
             raise RecipeError(
                 f"{self.source}: openrlhf.data.apply_chat_template and agent.wrap_prompt would both "

@@ -50,6 +50,9 @@ class Trajectory:
     # agent.training_sequences per_call: OpenRLHF's per-sequence fields (observation_tokens, action_ranges,
     # rollout_log_probs, token_times, turn_times) of each sequence, in call order
     sequences: list[dict] | None = None
+    # evaluation's record of the same per-call fields (for `asearcher sft-data`): never trained on, never sent to
+    # OpenRLHF, so the whole trajectory stays what training and OpenRLHF read
+    calls: list[dict] | None = None
     images: Any = None
     mm_train_inputs: Any = None
 
@@ -67,23 +70,29 @@ class Trajectory:
     def to_openrlhf(self) -> dict:
         """The dict OpenRLHF 0.11.2's `_process_response_into_experience` reads (`scores` there is the
         reward, as in its own executors). `answer`, `text`, `token_times` and `turn_times` ride along for our
-        scheduler."""
+        scheduler.
+
+        With per-call `sequences`, each sequence carries its own tokens, spans, log-probs and times, and the
+        trainer reads only those: the whole trajectory's (`observation_tokens`, `action_ranges`,
+        `rollout_log_probs`, `text`, `token_times`, `turn_times`) are left out (None, the keys stay), since at a
+        hundred turns they would be most of the bytes through Ray's queue, once more beside the sequences."""
+        whole = self.sequences is None
         return {
             "prompt": self.prompt,
             "label": self.label,
             "images": self.images,
             "mm_train_inputs": self.mm_train_inputs,
-            "observation_tokens": self.observation_tokens,
-            "action_ranges": self.action_ranges,
-            "rollout_log_probs": self.rollout_log_probs,
+            "observation_tokens": self.observation_tokens if whole else None,
+            "action_ranges": self.action_ranges if whole else None,
+            "rollout_log_probs": self.rollout_log_probs if whole else None,
             "reward": self.reward,
             "scores": self.reward,
             "truncated": self.truncated,
             "extra_logs": self.extra_logs(),
             "answer": self.answer,
-            "text": self.text,
-            "token_times": self.token_times,
-            "turn_times": self.turn_times,
+            "text": self.text if whole else None,
+            "token_times": self.token_times if whole else None,
+            "turn_times": self.turn_times if whole else None,
             "sequences": self.sequences,
         }
 
@@ -91,10 +100,14 @@ class Trajectory:
 def token_sequences(trajectory: Trajectory) -> list[dict] | None:
     """The trajectory's training sequences as written to trajectories.jsonl: `{"tokens", "action_ranges"}` each,
     the per-call sequences when the calls were recorded, else its one sequence; None when it has neither."""
-    pieces = trajectory.sequences or (
-        [{"observation_tokens": trajectory.observation_tokens, "action_ranges": trajectory.action_ranges or []}]
-        if trajectory.observation_tokens is not None
-        else []
+    pieces = (
+        trajectory.sequences
+        or trajectory.calls
+        or (
+            [{"observation_tokens": trajectory.observation_tokens, "action_ranges": trajectory.action_ranges or []}]
+            if trajectory.observation_tokens is not None
+            else []
+        )
     )
     rows = [
         {"tokens": list(p["observation_tokens"]), "action_ranges": [list(r) for r in p["action_ranges"]]}

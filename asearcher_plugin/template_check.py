@@ -46,6 +46,7 @@ TEMPLATE_FIELDS = {
     "search-r1": ("question", "current_date"),
     "asearcher": ("question", "current_date"),
     "asearcher-reasoning": ("question", "history", "current_date"),
+    "tool-calls": ("question", "current_date"),
 }
 
 

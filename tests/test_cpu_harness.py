@@ -1,8 +1,10 @@
 """The CPU harness's small parts: the missing-extra message, the inert vLLM plugin, the CPU view of torch."""
 
 import os
+import re
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -60,15 +62,16 @@ def test_the_cpu_view_of_torch_changes_only_cuda():
 def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(tokenizer):
     import asyncio
 
-    from asearcher_plugin.engines.types import SamplingParams
+    from asearcher_plugin.engines.types import Logprob, SamplingParams
     from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload
 
-    class Engine:  # records what the engine was asked to decode
+    class Engine:  # records what the engine was asked to decode; every prompt token at log-prob -1
         def __init__(self):
             self.calls = []
 
         async def generate(self, prompt_token_ids, params):
             self.calls.append((len(prompt_token_ids), params.max_tokens, params.min_tokens, params.stop))
+            return types.SimpleNamespace(prompt_logprobs=[None] + [{t: Logprob(-1.0)} for t in prompt_token_ids[1:]])
 
     engine = Engine()
     scripted = ScriptedEngine(engine, Workload(max_turns=3, turns_scale=100.0, tokens_per_turn=7), tokenizer)
@@ -79,8 +82,66 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     later = tokenizer(tokenizer.decode(prompt) + first.text + " results </search>")["input_ids"]
     last = asyncio.run(scripted.generate(later, params)).outputs[0]
     assert last.text == "<answer>unknown</answer>"  # plan 3, two searches made: the third turn answers
-    assert engine.calls == [(len(prompt), 7, 7, None), (len(later), 7, 7, None)]
-    assert first.logprobs is not None and len(first.logprobs) == len(first.token_ids)
+    # the engine reads the scripted tokens after the prompt, then decodes 7 more
+    assert engine.calls == [
+        (len(prompt) + len(first.token_ids), 7, 7, None),
+        (len(later) + len(last.token_ids), 7, 7, None),
+    ]
+    assert [lp[t].logprob for t, lp in zip(first.token_ids, first.logprobs, strict=True)] == [-1.0] * len(
+        first.token_ids
+    )
+
+
+def test_the_scripted_workloads_tokens_pass_the_trainers_is_correction(tiny_model, tokenizer):
+    """The log-probs the scripted workload reports are the engine's for the tokens it returns, so OpenRLHF's
+    token-level IS correction (band [0.5, 5], the recipes') keeps them: the engine here is the tiny model in float32
+    reading the tokens as vLLM does with prompt log-probs; the trainer's are OpenRLHF's `Actor` in bf16. A log-prob
+    of 0.0 for every token (ratio e^logp, far below 0.5) would have the mask keep almost none."""
+    import asyncio
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from asearcher_plugin.engines.types import Logprob, SamplingParams
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
+    from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), torch_dtype=torch.float32).eval()
+
+    class PromptLogprobEngine:
+        async def generate(self, prompt_token_ids, params):
+            assert params.prompt_logprobs == 0
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt_token_ids])).logits[0].float()
+            logp = torch.log_softmax(logits, -1)
+            given = [{t: Logprob(float(logp[i - 1, t]))} for i, t in enumerate(prompt_token_ids) if i > 0]
+            return types.SimpleNamespace(prompt_logprobs=[None, *given])
+
+    use_stand_ins()  # openrlhf.models imports flash_attn
+    from openrlhf.models import Actor, PolicyLoss
+
+    scripted = ScriptedEngine(PromptLogprobEngine(), Workload(max_turns=4, turns_scale=100.0), tokenizer)
+    sequence = tokenizer("User: Who wrote Hamlet and when?\n\nAssistant: ")["input_ids"]
+    spans, rollout = [], []
+    for _ in range(3):  # three turns of one trajectory, tool output between them
+        out = asyncio.run(scripted.generate(sequence, SamplingParams(max_tokens=64, logprobs=0))).outputs[0]
+        rollout += [0.0] * (len(sequence) - len(rollout))
+        rollout += [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs, strict=True)]
+        spans.append((len(sequence), len(sequence) + len(out.token_ids)))
+        tool = tokenizer(" <information>Doc 1: Shakespeare.</information> ")["input_ids"]
+        sequence = sequence + out.token_ids + tool
+    sequence = sequence[: spans[-1][1]]
+    actor = Actor(str(tiny_model), attn_implementation="sdpa", param_dtype="bf16").eval()
+    seq = torch.tensor([sequence])
+    mask = torch.zeros(1, len(sequence) - 1)
+    for a, b in spans:
+        mask[0, a - 1 : b - 1] = 1  # OpenRLHF's action_mask[i] marks token i + 1
+    with torch.no_grad():
+        train = actor(seq, mask, attention_mask=torch.ones_like(seq))
+    rollout_lp = torch.tensor([rollout[1:]]) * mask
+    loss = PolicyLoss(is_correction_level="token", is_correction_threshold=[0.5, 5.0])
+    _, _, _, _, filtered = loss(train, train, torch.ones_like(train), action_mask=mask, rollout_log_probs=rollout_lp)
+    assert mask.sum() > 20 and 1 - float(filtered) > 0.95  # the share of scripted tokens the IS mask keeps
 
 
 def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
@@ -99,3 +160,43 @@ def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.AgentExecutor().workload.max_turns == 3
+
+
+def test_the_cpu_weight_receiver_refuses_a_dtype_the_engine_does_not_hold():
+    """OpenRLHF's `update_weight` asserts the trainer's dtype is the engine's; on GPUs an fp16 trainer against bf16
+    engines fails there, so the CPU receiver must fail the same way (vLLM's loaders would cast silently)."""
+    import socket
+    import types
+
+    import torch
+
+    from asearcher_plugin.openrlhf.cpu import vllm_transport
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    loaded = []
+    worker = types.SimpleNamespace(
+        model_config=types.SimpleNamespace(dtype=torch.bfloat16),
+        _model_update_group=vllm_transport.GlooBroadcastGroup("127.0.0.1", port, 0, 1),  # a real gloo group
+        model_runner=types.SimpleNamespace(
+            model=types.SimpleNamespace(load_weights=lambda weights: loaded.extend(weights))
+        ),
+    )
+    with pytest.raises(AssertionError, match="mismatch dtype: src torch.float16, dst torch.bfloat16"):
+        vllm_transport.update_weight(worker, "lm_head.weight", torch.float16, (2, 3))
+    assert loaded == []
+    vllm_transport.update_weight(worker, "lm_head.weight", torch.bfloat16, (2, 3))
+    assert [(name, w.dtype, tuple(w.shape)) for name, w in loaded] == [("lm_head.weight", torch.bfloat16, (2, 3))]
+
+
+def test_the_docs_count_the_shimmed_modules_as_listed():
+    from pathlib import Path
+
+    from asearcher_plugin.openrlhf.cpu import device_shims
+
+    words = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    root = Path(__file__).resolve().parent.parent
+    for path in (root / "docs/what-ran-where.md", root / "asearcher_plugin/openrlhf/cpu/__init__.py"):
+        said = re.findall(r"as (\w+) OpenRLHF trainer modules", path.read_text())
+        assert said == [words[len(device_shims.MODULES)]], path

@@ -158,6 +158,21 @@ def test_a_run_streams_its_turns_saves_the_eval_line_and_replays(demo, tmp_path)
     assert running.status_code == 404 and "no run 'nope'" in running.json()["error"]
 
 
+def test_a_tool_calls_run_streams_each_call_with_its_arguments_and_result(demo):
+    pytest.importorskip("asearcher_plugin.agent.reference_policy")
+    url, _ = demo
+    with connect(ws_url(url)) as ws:
+        _, events = run_to_end(ws, reference_request(agent_type="tool-calls"))
+    turns = [e for e in events if e["type"] == "turn"]
+    assert [t["action"] for t in turns] == ["tool_calls", "tool_calls", "answer"]
+    (search,), (access,) = turns[0]["calls"], turns[1]["calls"]
+    assert search["name"] == "search" and search["arguments"] == {"query": QUESTION}
+    assert "Doc 1(Title: Angola)" in search["result"]
+    assert access == {**access, "name": "access", "arguments": {"url": "https://en.wikipedia.org/wiki/Angola"}}
+    assert access["result"].startswith(">>>> Page 1 of")
+    assert events[-1]["answer"] == GOLD and events[-1]["stats"]["tool_calls"] == 2.0
+
+
 def test_a_model_that_never_acts_ends_with_the_reason(demo):
     url, _ = demo
     request = {"question": QUESTION, "model": {"kind": "tiny"}, "max_turns": 2, "max_new_tokens_per_turn": 6}

@@ -357,6 +357,60 @@ def test_resume_with_split_trajectories(per_call_run, tmp_path, tiny_model, kb_s
     assert fits[0]["fit"] == 1 and "Global step 2" in (tmp_path / "train.log").read_text()
 
 
+TWO_ACTORS_BUDGET = 768  # tokens: a step of this run takes one or two micro-batches per rank
+
+
+@pytest.mark.timeout(1200)
+def test_per_call_with_two_policy_actors_splits_by_tokens_and_never_hangs(
+    tmp_path, tiny_model, kb_server, per_call_prompts
+):
+    """Two policy actors (DeepSpeed ZeRO-2 on gloo), 2 optimizer steps per update: each rank gets a share of the
+    batch by tokens, every micro-batch stays within --train.max_tokens_per_gpu, both ranks run the same number of
+    micro-batches in each step (padding where one has fewer), and the run ends. The scripted tokens carry the
+    engine's log-probs, so the IS correction keeps them."""
+    per_call_train(
+        tmp_path,
+        tiny_model,
+        kb_server,
+        per_call_prompts,
+        "reasoning",
+        "openrlhf.actor.num_gpus_per_node=2",
+        "openrlhf.train.batch_size=2",
+        "openrlhf.train.micro_batch_size=1",
+        "openrlhf.rollout.micro_batch_size=2",  # OpenRLHF wants a rollout sample batch per policy actor
+        f"openrlhf.data.max_len={TWO_ACTORS_BUDGET}",
+        f"openrlhf.train.max_tokens_per_gpu={TWO_ACTORS_BUDGET}",
+    )
+    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
+    lines = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(trace) == 2 and sorted((f["fit"], f["rank"]) for f in lines) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert max(len(f["micro_batches"]) for f in lines) > 2  # some step needed more than one micro-batch
+    for row in trace:
+        fits = [f for f in lines if f["fit"] == 1 + trace.index(row)]
+        samples = sum(g["samples"] for g in row["groups"])
+        assert sum(e["samples"] for f in fits for e in f["experiences"]) == samples  # every sequence, once
+        assert all(e["samples"] > 0 for f in fits for e in f["experiences"])  # no rank without a share
+        per_step = [[sum(m["step"] == s for m in f["micro_batches"]) for s in (0, 1)] for f in fits]
+        assert per_step[0] == per_step[1] and min(per_step[0]) >= 1  # the same micro-batches a step on both ranks
+        assert all(m["tokens"] <= TWO_ACTORS_BUDGET for f in fits for m in f["micro_batches"])
+        assert all(f["status"].get("is_filter_ratio", 0.0) < 0.1 for f in fits), [f["status"] for f in fits]
+    assert "Global step 2" in (tmp_path / "train.log").read_text()
+
+
+@pytest.mark.timeout(1200)
+def test_a_tool_calls_agent_trains(tmp_path, tiny_model, kb_server, per_call_prompts):
+    """`asearcher train cpu_tiny --cpu --set agent.agent_type=tool-calls`: the tiny model is prompted through its chat
+    template with the tool schemas, and the loss covers exactly the tokens vLLM sampled (the template's tokens between
+    calls are masked)."""
+    train(tmp_path, tiny_model, kb_server, per_call_prompts, "agent.agent_type=tool-calls")
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(fits) == 2 and len(batches(read_jsonl(tmp_path / "trace.jsonl"))) == 2
+    for exp in (e for fit in fits for e in fit["experiences"]):
+        assert exp["loss_tokens"] == exp["info"]["generated_tokens"]
+        assert {"tool_calls", "history_rewrites", "invalid_actions", "tool_errors_infra"} <= set(exp["info"])
+        assert all(t >= 1 for t in exp["info"]["turns"])
+
+
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
     """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
     shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")

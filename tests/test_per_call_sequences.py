@@ -120,3 +120,24 @@ def test_a_128_turn_reasoning_trajectory_runs_to_its_end_with_every_call_in_budg
     engine = TurnEngine(tokenizer, turns)
     result = execute(AgentExecutor(single, for_training=True), tokenizer, engine, max_length=budget, logprobs=1)
     assert result["truncated"] and result["extra_logs"]["turns"] < 20
+
+
+def test_a_per_call_response_carries_its_sequences_and_not_the_whole_trajectory_again(tokenizer, kb_server):
+    """What travels through Ray's queue: the sequences hold the tokens, spans, log-probs and times the trainer reads;
+    the whole trajectory's copies of them (and its text) are left out, so the response is barely larger than its
+    sequences (with them, 8 merged turns would more than double it)."""
+    from ray._private.worker import global_worker
+
+    turns = ["<search>Angola capital</search>"] * 7 + ["<answer>Luanda</answer>"]
+    cfg = asearcher_config(kb_server, training_sequences="per_call", max_turns=8)
+    engine = TurnEngine(tokenizer, turns)
+    result = execute(AgentExecutor(cfg, for_training=True), tokenizer, engine, logprobs=1)
+    check_sequences(result, engine, turns, tokenizer)
+    whole = ("observation_tokens", "action_ranges", "rollout_log_probs", "text", "token_times", "turn_times")
+    assert {k: result[k] for k in whole} == dict.fromkeys(whole)  # the keys stay: every response has the same
+    assert result["answer"] == "Luanda" and result["extra_logs"]["turns"] == 8
+
+    def ray_bytes(obj) -> int:  # Ray's own serialiser, as the response crosses from the engine actor
+        return global_worker.get_serialization_context().serialize(obj).total_bytes
+
+    assert ray_bytes(result) < 1.1 * ray_bytes(result["sequences"])

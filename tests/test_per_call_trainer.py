@@ -140,37 +140,125 @@ def test_group_reward_std_and_the_keys_the_scheduler_added(openrlhf):
     assert [float(r) for e in out for r in e.info["reward"]] == [r for _, _, r in rows]
 
 
-class Buffer:
-    def __init__(self, lengths):
-        self.items = [types.SimpleNamespace(total_length=torch.tensor(n)) for n in lengths]
-        self.dynamic_batch, self.sample_batch_size, self.dynamic_indices = False, 2, []
+def test_every_micro_batch_is_under_the_token_budget_and_the_steps_are_kept():
+    """local_7b_long's shape scaled down: 42 sequences per trajectory no longer make micro-batches of 42 x micro
+    sequences; each holds at most the budget (padded tokens), each step ends on one boundary, every sequence once."""
+    from asearcher_plugin.openrlhf.micro_batches import cost, plan_steps
+
+    lengths = [900, 100, 120, 80, 700, 60, 50, 40, 300, 30, 20] * 12  # 132 sequences
+    plan = plan_steps(lengths, steps=2, budget=1000, packed=False)
+    assert sorted(i for m in plan for i in m.indices) == list(range(len(lengths)))
+    assert all(cost([lengths[i] for i in m.indices], False) <= 1000 for m in plan)
+    assert [m.step for m in plan if m.boundary] == [0, 1] and plan[-1].boundary
+    assert len({m.step for m in plan}) == 2 and not any(m.padding for m in plan)
 
 
-def strategy(batch=4, n=2, train_batch=4, gas=2):
-    args = types.SimpleNamespace(
-        rollout=types.SimpleNamespace(batch_size=batch, n_samples_per_prompt=n),
-        train=types.SimpleNamespace(batch_size=train_batch),
-    )
-    return types.SimpleNamespace(args=args, accumulated_gradient=gas)
+def test_ranks_agree_on_the_micro_batches_of_each_step_and_a_short_rank_pads():
+    """Two ranks: the one with fewer tokens runs as many micro-batches per step as the other (DeepSpeed's
+    collectives pair up), the extra ones padding whose loss normaliser is infinite (zero loss, zero gradient)."""
+    from asearcher_plugin.openrlhf.micro_batches import PADDING, loss_infos, plan_steps
+
+    heavy, light = [500] * 12, [50, 40, 30]
+    heavy_plan = plan_steps(heavy, steps=2, budget=1000, packed=False)
+    heavy_counts = [sum(m.step == s for m in heavy_plan) for s in (0, 1)]
+    assert heavy_counts == [3, 3]  # 6 sequences of 500 a step, two to a micro-batch
+
+    def agree(counts):  # what the all-reduce max returns once both ranks have planned
+        return [max(a, b) for a, b in zip(counts, heavy_counts, strict=True)]
+
+    plan = plan_steps(light, steps=2, budget=1000, packed=False, agree=agree)
+    assert [sum(m.step == s for m in plan) for s in (0, 1)] == heavy_counts
+    assert sorted(i for m in plan if not m.padding for i in m.indices) == [0, 1, 2]
+    assert sum(m.padding for m in plan) == 6 - 2  # the light rank's 3 sequences fit one micro-batch per step
+    assert [m.step for m in plan if m.boundary] == [0, 1]
+    infos = loss_infos(plan, [5, 4, 3], gas=1, dp_size=2)
+    assert [i["batch_num_tokens"] == PADDING for i in infos] == [m.padding for m in plan]
 
 
-def test_a_batch_of_any_size_is_split_into_exactly_its_optimizer_steps_micro_batches():
-    from asearcher_plugin.openrlhf.per_call import partition_batch
+def test_a_short_rollout_batch_still_reaches_every_policy_rank(openrlhf):
+    """Two policy ranks, rollout.micro_batch_size 3: a batch short of groups (a group failed alone, the data's end)
+    makes one sample batch in OpenRLHF's own split, and its dispatch refuses fewer batches than ranks (the run
+    stopped there). The hook cuts the batch per rank, every sample once."""
+    from asearcher_plugin.openrlhf.micro_batches import MicroBatchError, every_rank
 
-    lengths = [900, 100, 120, 80, 700, 60, 50, 40, 300, 30, 20]  # 11 sequences of 8 trajectories
-    buf = Buffer(lengths)
-    partition_batch(buf, strategy())  # 8 trajectories / 4 per step = 2 steps x 2 accumulation = 4 micro-batches
-    assert len(buf.dynamic_indices) == 4 and buf.dynamic_batch and buf.sample_batch_size == 1
-    assert sorted(i for part in buf.dynamic_indices for i in part) == list(range(11))  # each sequence once
-    tokens = [sum(lengths[i] for i in part) for part in buf.dynamic_indices]
-    assert max(tokens) <= 900 + 40  # balanced by tokens: the longest sequence nearly alone
+    args = args_for("group_norm")
+    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, 3
+    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
+    samples = [
+        openrlhf.Experience(
+            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
+        )
+        for n in (5, 7, 9)
+    ]
+    batches = openrlhf.Maker.split_rollout_samples(maker, samples)
+    assert len(batches) == 1  # OpenRLHF's split: one sample batch for two ranks
+    out = every_rank(batches, samples, ranks=2, pad_token_id=0)
+    assert [len(b.sequences) for b in out] == [1, 2]
+    assert [int(row[0]) for b in out for row in b.sequences] == [5, 7, 9]  # every sample, once, in order
+    full = openrlhf.Maker.split_rollout_samples(maker, samples * 2)
+    assert every_rank(full, samples * 2, ranks=2, pad_token_id=0) is full  # a full batch is left as it is
+    with pytest.raises(MicroBatchError, match="1 samples for 2 policy ranks"):
+        every_rank(batches[:1], samples[:1], ranks=2, pad_token_id=0)
 
 
-def test_too_few_sequences_for_the_steps_is_a_clear_error():
-    from asearcher_plugin.openrlhf.per_call import PerCallError, partition_batch
+def test_the_gradient_of_a_step_split_by_tokens_equals_the_unsplit_one(tiny_model):
+    """OpenRLHF's Actor and PolicyLoss on the tiny model; DeepSpeed's backward divides by its accumulation steps G,
+    as here. One step of 6 sequences trained as one micro-batch and as the budget cuts it (k > 1 micro-batches): the
+    same gradient, the token mean over the step."""
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
 
-    with pytest.raises(PerCallError, match="3 sequences on this rank for 4 micro-batches"):
-        partition_batch(Buffer([5, 6, 7]), strategy())
+    use_stand_ins()
+    from openrlhf.models import Actor, PolicyLoss
+
+    from asearcher_plugin.openrlhf.micro_batches import loss_infos, plan_steps
+
+    torch.manual_seed(0)
+    actor = Actor(str(tiny_model), attn_implementation="sdpa", param_dtype="bf16")
+    actor.model.float()
+    loss_fn = PolicyLoss()
+    lengths = [40, 12, 30, 9, 25, 18]
+    items = []
+    for n in lengths:
+        seq = torch.randint(5, 200, (n,))
+        mask = torch.zeros(n - 1, dtype=torch.bool)
+        mask[n // 3 :] = True
+        items.append(
+            types.SimpleNamespace(
+                sequences=seq,
+                attention_mask=torch.ones(n, dtype=torch.long),
+                action_mask=mask,
+                advantages=torch.randn(n - 1),
+                old=torch.randn(n - 1) * 0.1 - 5,
+            )
+        )
+    action = [int(i.action_mask.sum()) for i in items]
+
+    def gradient(budget: int, gas: int) -> tuple[torch.Tensor, int]:
+        actor.model.zero_grad()
+        plan = plan_steps(lengths, steps=1, budget=budget, packed=False)
+        for m, info in zip(plan, loss_infos(plan, action, gas=gas, dp_size=1), strict=True):
+            batch = [items[i] for i in m.indices]
+            width = max(len(b.sequences) for b in batch)
+
+            def padded(name, b, width=width):
+                value = getattr(b, name)
+                return torch.nn.functional.pad(value, (0, width - len(b.sequences)))
+
+            seqs, att, am, adv, old = (
+                torch.stack([padded(name, b) for b in batch])
+                for name in ("sequences", "attention_mask", "action_mask", "advantages", "old")
+            )
+            logp = actor(seqs, am, attention_mask=att)
+            loss = loss_fn(logp, old, adv, action_mask=am, **info)[0]
+            (loss / gas).backward()  # DeepSpeed's engine.backward scales by 1 / gradient_accumulation_steps
+        grads = torch.cat([p.grad.flatten() for p in actor.model.parameters() if p.grad is not None])
+        return grads.clone(), len(plan)
+
+    whole, one = gradient(budget=10**6, gas=4)
+    split, k = gradient(budget=80, gas=4)
+    assert one == 1 and k >= 3
+    assert torch.allclose(whole, split, rtol=1e-4, atol=1e-7), float((whole - split).abs().max())
+    assert whole.abs().max() > 0
 
 
 @pytest.mark.parametrize(
@@ -179,6 +267,7 @@ def test_too_few_sequences_for_the_steps_is_a_clear_error():
         (["scheduler.enable=false"], "the streaming scheduler"),
         (["openrlhf.train.dynamic_batch_enable=true"], "no --train.dynamic_batch_enable"),
         (["openrlhf.reward.overlong_buffer_len=16"], "no --reward.overlong_buffer_len"),
+        (["openrlhf.actor.loss_agg_mode=seq-mean-token-mean"], "--actor.loss_agg_mode token-mean, not seq-mean"),
     ],
 )
 def test_per_call_refuses_what_would_miscount_its_sequences(overrides, message):

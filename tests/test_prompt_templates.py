@@ -117,7 +117,7 @@ def test_pip_install_ships_the_templates(tmp_path):
     """A wheel built from the project holds the template files, and the installed package renders from them."""
     wheel, target = build_and_install(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
-    for name in ("search-r1", "asearcher", "asearcher-reasoning"):
+    for name in ("search-r1", "asearcher", "asearcher-reasoning", "tool-calls"):
         assert f"asearcher_plugin/agent/templates/{name}.txt" in names
     for fmt in ("verdict", "asearcher"):  # the judge's templates ride in the same wheel
         assert f"asearcher_plugin/judge_templates/{fmt}.txt" in names

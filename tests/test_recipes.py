@@ -150,6 +150,9 @@ def test_chat_template_applied_twice_is_refused():
     with pytest.raises(RecipeError, match="web_qwq32b.yaml: openrlhf.data.apply_chat_template"):
         Recipe.load("web_qwq32b", ["openrlhf.data.apply_chat_template=true"])
     assert Recipe.load("web_qwq32b", ["openrlhf.data.apply_chat_template=true", "agent.wrap_prompt=false"])
+    # tool-calls renders the whole conversation itself: never a prompt OpenRLHF templated
+    with pytest.raises(RecipeError, match="local_qwen3_8b_tools.yaml: openrlhf.data.apply_chat_template"):
+        Recipe.load("local_qwen3_8b_tools", ["openrlhf.data.apply_chat_template=true", "agent.wrap_prompt=false"])
 
 
 def test_argv_rendering():

@@ -46,6 +46,7 @@ def evaluate(tmp_path, cfg, policy, tokenizer, k=1, name="run"):
         ("asearcher", "asearcher", 1),
         ("asearcher-reasoning", "native", 1),
         ("search-r1", "native", 0),
+        ("tool-calls", "native", 1),
     ],
 )
 def test_it_searches_reads_and_answers_in_each_agent_format(
@@ -63,6 +64,12 @@ def test_it_searches_reads_and_answers_in_each_agent_format(
             assert row["answer"] == ON_TOP_PAGE[row["id"]] and row["scores"]["em"] == 1.0
     # The search is the question itself, written in the agent's own grammar.
     first = next(r for r in rows if r["id"] == "sample_0001")
+    if agent_type == "tool-calls":  # as the tokenizer's chat template writes calls (the tiny model's: Qwen2.5's)
+        call = '<tool_call>\n{{"name": "{}", "arguments": {{"{}": "{}"}}}}\n</tool_call>'
+        assert call.format("search", "query", "What is the capital and largest city of Angola?") in first["text"]
+        assert call.format("access", "url", "https://en.wikipedia.org/wiki/Angola") in first["text"]
+        assert len(first["sequences"]) == 1  # the template wrote back the calls as made: one sequence
+        return
     assert "<search> What is the capital and largest city of Angola? </search>" in first["text"]
     if pages:
         assert "<access> https://en.wikipedia.org/wiki/Angola </access>" in first["text"]

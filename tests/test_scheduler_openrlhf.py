@@ -260,23 +260,70 @@ def test_contract_check_fails_loudly_on_a_changed_openrlhf(streaming, monkeypatc
 
 
 def test_trainer_steps_count_updates_and_survive_a_resume(streaming):
-    fresh = streaming.TrainerSteps(prefilled=2)
+    fresh = streaming.TrainerSteps()
     for token in [0, 0, 0, 1, 2, 2, 3]:  # two pre-filled slots; 2 twice: an eval step returns its token
         fresh.observe(token)
     assert fresh.version == 3
-    resumed = streaming.TrainerSteps(prefilled=2)
+    resumed = streaming.TrainerSteps()
+    resumed.start_from(57)
     for token in [0, 0, 57, 58, 59]:  # pre-filled zeros, then the checkpoint's step
         resumed.observe(token)
     assert resumed.version == 2 and resumed.seen
-    from_step_1 = streaming.TrainerSteps(prefilled=1)
+    from_step_1 = streaming.TrainerSteps()
+    from_step_1.start_from(1)
     versions = []
     for token in [0, 1, 2, 3]:  # resumed from the checkpoint of step 1: the 1 is where the run starts
         from_step_1.observe(token)
         versions.append(from_step_1.version)
     assert versions == [0, 0, 1, 2]
+    unsaid = streaming.TrainerSteps()
+    unsaid.start_from(None)  # a checkpoint without the step: its first positive token is the start
+    for token in [0, 0, 40, 41]:
+        unsaid.observe(token)
+    assert unsaid.version == 1
     ignored = streaming.TrainerSteps()
     ignored.observe("done")
     assert not ignored.seen
+
+
+def test_a_resumed_runs_version_starts_from_the_checkpoints_step_when_its_first_call_returns_nothing(streaming):
+    """OpenRLHF's protocol after a resume from the checkpoint of step 100, queue size 1: the slot queue holds one 0;
+    the generator's first call hands out nothing, so it puts that 0 back (ppo_trainer_async.py ~157); then the
+    trainer puts 100, 101 as it takes batches. The version must go 0, 0, 1, not jump to 100 (admission unbounded,
+    on_stale: restart dropping every group in flight)."""
+    from queue import Queue
+
+    from asearcher_plugin.config import SchedulerConfig
+
+    rows = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(4)]
+    generator = streaming.StreamingSamplesGenerator(
+        strategy=SimpleNamespace(args=make_args()),
+        prompts_dataloader=PositionLoader(rows),
+        eval_dataloader=None,
+        tokenizer=None,
+        vllm_engines=[],
+        settings=SchedulerConfig(max_concurrent=4, max_staleness=1),
+    )
+    # the state the checkpoint of step 100 holds: the snapshot taken when its batch was handed out
+    generator._handed_out, generator._start_step = 100, 0
+    generator._pass_done = False
+    state = asyncio.run(generator._take_snapshot())
+    assert state[streaming.STEP_KEY] == 100
+    generator._handed_out = 0
+    generator.prompts_dataloader.load_state_dict(state)
+    slots = Queue()
+    slots.put(0)
+    tap = streaming.SlotTap(slots, generator.trainer_steps)
+    versions = []
+    token = tap.get()
+    slots.put(token)  # the first call handed out nothing: its token goes back
+    for trained in (100, 101):
+        tap.get()
+        versions.append(generator.trainer_steps.version)
+        slots.put(trained)
+    tap.get()
+    versions.append(generator.trainer_steps.version)
+    assert versions == [0, 0, 1]
 
 
 # -- dispatch: balanced by the generator's own counts, no engine polled, every prompt of every batch ------------

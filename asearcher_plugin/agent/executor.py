@@ -90,6 +90,7 @@ class AgentExecutor(AgentExecutorBase):
         self.stub_blocks = (not for_training or self.per_call) and self.config.tools.observation_format == "asearcher"
         self._toolboxes: dict[int, object] = {}  # one per event loop: HTTP clients are loop-bound
         self._judges: dict[int, object] = {}  # likewise, when the reward asks a judge
+        self._mcp: dict[int, object] = {}  # MCP sessions (tools.mcp), likewise
 
     def _toolbox(self):
         loop = asyncio.get_running_loop()
@@ -109,11 +110,23 @@ class AgentExecutor(AgentExecutorBase):
             judge = self._judges[id(loop)] = Judge(self.config.reward.judge)
         return judge
 
+    async def _mcp_tools(self) -> list:
+        """The tools of the MCP servers in tools.mcp, listed once per event loop (their sessions are loop-bound)."""
+        if not self.config.tools.mcp:
+            return []
+        loop = asyncio.get_running_loop()
+        servers = self._mcp.get(id(loop))
+        if servers is None:
+            from asearcher_plugin.tools.mcp_tools import McpTools
+
+            servers = self._mcp[id(loop)] = McpTools(self.config.tools.mcp)
+        return await servers.tools()
+
     async def aclose(self) -> None:
-        """Closes the tools' and the judge's HTTP clients (a long-lived process that makes an executor per request
-        needs it)."""
-        held = [*self._toolboxes.values(), *self._judges.values()]
-        self._toolboxes, self._judges = {}, {}
+        """Closes the tools' and the judge's HTTP clients and the MCP sessions (a long-lived process that makes an
+        executor per request needs it)."""
+        held = [*self._toolboxes.values(), *self._judges.values(), *self._mcp.values()]
+        self._toolboxes, self._judges, self._mcp = {}, {}, {}
         for thing in held:
             await thing.aclose()
 
@@ -140,6 +153,12 @@ class AgentExecutor(AgentExecutorBase):
                 "(no question)", [], sampling_params, max_length, hf_tokenizer, llm_engine, on_turn=on_turn
             )
             return replace(out, prompt=prompt, label=label)
+        if self.config.agent_type == "tool-calls":
+            from asearcher_plugin.agent.tool_loop import run_tool_calls
+
+            return await run_tool_calls(
+                self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, on_turn
+            )
         if self.config.agent_type == "asearcher-reasoning":
             return await self._run_rebuilding(
                 prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, on_turn
@@ -196,9 +215,16 @@ class AgentExecutor(AgentExecutorBase):
             rollout_log_probs=transcript.logprobs,
             token_times=[call_starts[0] if call_starts else None, last_token_at],
             turn_times=call_starts,
-            sequences=records.to_openrlhf() if records is not None else None,
+            **self.recorded(records),
             images=images,
         )
+
+    def recorded(self, records: CallRecords | None) -> dict:
+        """Per-call records go to training as `sequences` with per_call; otherwise (evaluation) to `calls`, which
+        only `asearcher sft-data` reads."""
+        if records is None:
+            return {}
+        return {"sequences" if self.per_call else "calls": records.to_openrlhf()}
 
     async def _start(self, agent, prompt, label, sampling_params, max_length: int, hf_tokenizer) -> Transcript:
         """The prompt's tokens, cut from the left so at least one turn fits."""
@@ -265,7 +291,7 @@ class AgentExecutor(AgentExecutorBase):
             stats=stats,
             answer=agent.answer,
             text=history,
-            sequences=records.to_openrlhf() if records is not None else None,
+            **self.recorded(records),
         )
 
 

@@ -13,6 +13,7 @@ ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
     "asearcher": ("search", "access", "answer"),
     "asearcher-reasoning": ("search", "access", "answer"),
+    "tool-calls": ("search", "access", "answer"),  # the built-in tools; the answer stays a tag
 }
 
 

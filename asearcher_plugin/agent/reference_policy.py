@@ -31,8 +31,9 @@ from .prompts import ALLOWED_ACTIONS, template_for
 NAME = "scripted reference policy"
 DEFAULT_WRONG_RATE = 0.25
 
-_INFO = re.compile(r"<information>(.*?)</information>", re.S)
-_OWN_TURNS = re.compile(r"<(think|search|access|answer)>.*?</\1>", re.S)
+_INFO = re.compile(r"<(?:information|tool_response)>(.*?)</(?:information|tool_response)>", re.S)
+_OWN_TURNS = re.compile(r"<(think|search|access|answer|tool_call)>.*?</\1>", re.S)
+_CALLED = re.compile(r'<tool_call>\s*\{"name": "(\w+)"')
 _TOP_URL = (
     re.compile(r"Doc 1\(Title: [^\n]*?\) \[([^\]\n]+)\]"),  # native search results
     re.compile(r"\[Doc 1\]\(([^)\n]+)\):"),  # ASearcher's blocks
@@ -99,6 +100,8 @@ class ReferencePolicy:
     def reply(self, transcript: str, stops: Sequence[str] = (), sample_seed: int | None = None) -> str:
         """The text of the next turn, given the transcript so far."""
         question, history = self._split(transcript)
+        if self.agent_type == "tool-calls":
+            return self._tool_calls_reply(question, history, sample_seed)
         if stops and all(s not in STOP_STRINGS for s in stops) and "</think>" in stops:
             return self._summary(question, history) + "</think>"
         opening = "" if _think_open(transcript) else "<think>"
@@ -111,6 +114,30 @@ class ReferencePolicy:
             return f"{opening}The top result looks best; I will read it.</think>\n<access> {url} </access>"
         answer, note = self._answer(question, history, sample_seed)
         return f"{opening}{note}</think>\n<answer> {answer} </answer>"
+
+    def _tool_calls_reply(self, question: str, history: str, sample_seed: int | None) -> str:
+        """agent_type tool-calls: the same plan, each call written as the tokenizer's chat template writes it."""
+        for end in getattr(self.tokenizer, "all_special_tokens", None) or []:
+            question = question.split(end)[0].strip() if end else question
+        called = _CALLED.findall(_INFO.sub(" ", history))
+        if "search" not in called:
+            return self._call_text("I will search for the question.", "search", {"query": question})
+        url = _top_url(history)
+        if "access" not in called and url:
+            return self._call_text("The top result looks best; I will read it.", "access", {"url": url})
+        answer, note = self._answer(question, history, sample_seed)
+        return f"<think>{note}</think>\n<answer> {answer} </answer>"
+
+    def _call_text(self, thought: str, name: str, arguments: dict) -> str:
+        """One tool call as the chat template renders an assistant message that makes it, up to its end of turn."""
+        probe = [{"role": "user", "content": "q"}]
+        head = self.tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+        message = {"role": "assistant", "content": f"<think>{thought}</think>", "tool_calls": [call]}
+        full = self.tokenizer.apply_chat_template([*probe, message], tokenize=False)
+        body = full[len(head) :] if full.startswith(head) else full
+        eos = getattr(self.tokenizer, "eos_token", None)
+        return body[: body.rfind(eos)] if eos and eos in body else body.rstrip()
 
     def _split(self, transcript: str) -> tuple[str, str]:
         m = self._prompt.search(transcript)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
 class TurnEvent:
     """`text` is what the model wrote in this call; `action` what the agent made of it (search, access, answer,
     invalid, or none when the token budget ran out first); `feedback` is exactly what the agent appended for the
-    next call: results, a page part, a failed tool call or the invalid-action note."""
+    next call: results, a page part, a failed tool call or the invalid-action note. For agent_type tool-calls,
+    `action` is tool_calls and `calls` holds each call's name, arguments and result."""
 
     turn: int
     text: str
@@ -22,6 +23,7 @@ class TurnEvent:
     finish_reason: str | None = None
     generate_seconds: float = 0.0
     step_seconds: float = 0.0
+    calls: list[dict] = field(default_factory=list)  # agent_type tool-calls: each call's name, arguments, result
 
     def to_json(self) -> dict:
         return asdict(self)

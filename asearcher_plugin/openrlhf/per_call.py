@@ -15,14 +15,16 @@ sample per trajectory, and each gets a hook here, installed with the streaming s
 - Optimizer steps (the policy actor's replay buffer): a rollout batch of B prompts x n trajectories must be trained
   as the `B * n / train.batch_size` optimizer steps the flags ask for, whatever number of sequences it split into.
   OpenRLHF's fixed-size micro-batches would drop the sequences past a multiple of the micro-batch size and carry a
-  partial gradient-accumulation window into the next update. The hook partitions the buffer into exactly
-  steps x gradient-accumulation micro-batches, balanced by tokens, through the buffer's own dynamic-batch indices;
-  OpenRLHF's loss then normalises each optimizer step over its action tokens as usual.
+  partial gradient-accumulation window into the next update, and grow with the calls per trajectory. The hooks
+  (micro_batches.py) give each rank a share by tokens, keep the steps, cut each into micro-batches under a token
+  budget, and normalise each step's loss over its action tokens.
 """
 
 from __future__ import annotations
 
 import torch
+
+from .micro_batches import cost, every_rank, ordered_micro_batches, plan_update, rank_shares
 
 TRAJECTORY_KEY = "asearcher_trajectory"  # which trajectory of the batch a sample is part of
 GROUP_KEY = "asearcher_group"  # which group (prompt) of the batch
@@ -87,42 +89,61 @@ def compute_per_trajectory(maker, experiences, original):
     return experiences
 
 
-def partition_batch(buffer, strategy) -> None:
-    """The replay buffer's samples as exactly the micro-batches of the batch's optimizer steps, balanced by tokens."""
-    from openrlhf.utils.seqlen_balancing import get_seqlen_balanced_partitions
+class EveryRankSamples:
+    """Mixed into OpenRLHF's async `TrainingActor`: a rollout batch smaller than a full one still reaches every
+    policy rank (`micro_batches.every_rank`), where OpenRLHF's dispatch would stop the run."""
 
-    args = strategy.args
-    steps = args.rollout.batch_size * args.rollout.n_samples_per_prompt // args.train.batch_size
-    micro_batches = max(steps, 1) * max(int(strategy.accumulated_gradient), 1)
-    if not buffer.items:
-        return
-    if len(buffer.items) < micro_batches:
-        raise PerCallError(
-            f"{len(buffer.items)} sequences on this rank for {micro_batches} micro-batches "
-            f"({steps} optimizer steps x {strategy.accumulated_gradient} accumulation): lower train.batch_size "
-            "or raise train.micro_batch_size"
-        )
-    lengths = [int(item.total_length.item()) for item in buffer.items]
-    buffer.dynamic_indices = get_seqlen_balanced_partitions(lengths, micro_batches, equal_size=False)
-    buffer.dynamic_batch, buffer.sample_batch_size = True, 1
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        maker = self.experience_maker
+        flags = maker.args
+        ranks = flags.actor.num_nodes * flags.actor.num_gpus_per_node
+        ranks //= flags.ds.ring_attn_size * flags.ds.tensor_parallel_size
+        split = maker.split_rollout_samples
+        pad = maker.tokenizer.pad_token_id
+        maker.split_rollout_samples = lambda samples: every_rank(split(samples), samples, ranks, pad)
 
 
-class PerCallTrainer:
-    """Mixed into OpenRLHF's async `TrainingActor`: its experience maker computes advantages per trajectory."""
+class PerCallTrainer(EveryRankSamples):
+    """Mixed into OpenRLHF's async `TrainingActor`: its experience maker computes advantages per trajectory, and
+    each policy rank gets a share of the batch balanced by tokens (micro_batches.py)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         maker = self.experience_maker
         original = maker.compute_advantages_and_returns
         maker.compute_advantages_and_returns = lambda experiences: compute_per_trajectory(maker, experiences, original)
+        group = self.actor_model_group
+        by_count = group.async_run_method_batch
+
+        def by_tokens(method_name, **kwargs):
+            if method_name == "append":
+                ranks = len(group._actor_handlers) // group.duplicate_actors
+                kwargs["experience"] = rank_shares(kwargs["experience"], ranks)
+            return by_count(method_name=method_name, **kwargs)
+
+        group.async_run_method_batch = by_tokens
 
 
 class PerCallPolicy:
-    """Mixed into OpenRLHF's `PolicyModelActor`: each update trains the batch's sequences as its optimizer steps."""
+    """Mixed into OpenRLHF's `PolicyModelActor`: each update trains the batch's sequences as its optimizer steps, in
+    micro-batches of at most --train.max_tokens_per_gpu tokens (micro_batches.py)."""
 
     def fit(self, kl_ctl: float = 0):
-        partition_batch(self.trainer.replay_buffer, self.strategy)
-        return super().fit(kl_ctl)
+        buffer = self.trainer.replay_buffer
+        plan, infos = plan_update(buffer, self.strategy)
+        packed = bool(self.strategy.args.ds.packing_samples)
+        self.asearcher_micro_batches = [  # what this update ran, for logs and benchmarks
+            {
+                "step": m.step,
+                "tokens": cost([int(buffer.items[i].total_length) for i in m.indices], packed),
+                "sequences": len(m.indices),
+                "padding": m.padding,
+            }
+            for m in plan
+        ]
+        with ordered_micro_batches(plan, infos, self.actor.model):
+            return super().fit(kl_ctl)
 
 
 def mixed(actor_class, mixin):

@@ -49,6 +49,17 @@ def check_per_call(args, settings: SchedulerConfig | None) -> None:
             "no --reward.overlong_buffer_len / --reward.stop_properly_penalty_coef: they judge one sample's length, "
             "and a per-call sequence is part of a trajectory"
         )
+    budget, max_len = getattr(args.train, "max_tokens_per_gpu", None), getattr(args.data, "max_len", None)
+    if budget is not None and max_len is not None and budget < max_len:
+        problems.append(
+            f"--train.max_tokens_per_gpu >= --data.max_len ({budget} < {max_len}): it bounds every micro-batch's "
+            "tokens, and a sequence may be data.max_len long"
+        )
+    if getattr(args.actor, "loss_agg_mode", "token-mean") != "token-mean":
+        problems.append(
+            f"--actor.loss_agg_mode token-mean, not {args.actor.loss_agg_mode}: that mode weighs every sample the "
+            "same, so a trajectory split into k sequences would weigh k times"
+        )
     if args.algo.advantage.estimator == "rloo" and args.rollout.n_samples_per_prompt < 2:
         problems.append("rloo with --rollout.n_samples_per_prompt >= 2")
     if problems:

@@ -48,7 +48,7 @@ from ..scheduler.breaker import OutageBreaker
 from ..scheduler.core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
 from ..scheduler.errors import EndpointOutage
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
-from .per_call import GROUP_KEY, TRAJECTORY_KEY, PerCallPolicy, PerCallTrainer, mixed
+from .per_call import GROUP_KEY, TRAJECTORY_KEY, EveryRankSamples, PerCallPolicy, PerCallTrainer, mixed
 
 logger = init_logger(__name__)  # OpenRLHF's handler: our lines show with the trainer's own logs
 
@@ -56,33 +56,42 @@ REPLAY_KEY = "asearcher_unconsumed_prompts"
 # The pass over the prompts had ended when the snapshot was taken. The dataloader's own state then says "start a
 # new pass", so after a resume the episode runs only its replayed prompts, not the whole data again.
 PASS_DONE_KEY = "asearcher_pass_done"
+# The trainer's global_step once the batch the snapshot was taken with is trained: the step a resume from the
+# checkpoint holding that snapshot starts from (OpenRLHF gives the generator actor the dataloader state alone).
+STEP_KEY = "asearcher_global_step"
 
 
 class TrainerSteps:
     """The engine version seen by the generator, counted from the trainer's slot tokens.
 
-    OpenRLHF pre-fills the slot queue with `prefilled` (= async_queue_size) zeros; after that, the trainer puts its
-    `global_step` back each time it takes a batch, after the weights of that step were broadcast. The first such
-    token is the step the run started from (0, or the checkpoint's step after a resume), so the engines hold
-    version `token - first` of this run's updates. (An eval returns the same step again.)
+    OpenRLHF pre-fills the slot queue with async_queue_size zeros; after that, the trainer puts its `global_step`
+    back each time it takes a batch, after the weights of that step were broadcast. The engines hold version
+    `token - start` of this run's updates, `start` being the step the run started from: 0, or after a resume the
+    checkpoint's `global_step` (carried in the dataloader state, `STEP_KEY`). It is known before any token, never
+    inferred from them: a generator call that returns nothing puts its token back, so a pre-filled 0 can come round
+    again after the pre-fill, and taking it for the start would make the version jump to the checkpoint's step.
+    (An eval returns the same step again.)
     """
 
-    def __init__(self, prefilled: int = 1):
+    def __init__(self, start: int = 0):
         self.version = 0
         self.seen = False
-        self._prefilled = prefilled
-        self._first: int | None = None
+        self._start: int | None = start
+
+    def start_from(self, step: int | None) -> None:
+        """A resume from the checkpoint of `step`; None: a checkpoint that did not say, so the first positive token
+        is taken as the start (a resumed run's steps are all > 0, the pre-filled tokens 0)."""
+        self._start = step
 
     def observe(self, step) -> None:
         if isinstance(step, bool) or not isinstance(step, int):
             return
         self.seen = True
-        if self._prefilled > 0:
-            self._prefilled -= 1
-            return
-        if self._first is None:
-            self._first = step
-        self.version = max(self.version, step - self._first)
+        if self._start is None:
+            if step <= 0:
+                return
+            self._start = step
+        self.version = max(self.version, step - self._start)
 
 
 class SlotTap:
@@ -120,7 +129,8 @@ class StreamingSamplesGenerator(SamplesGenerator):
         self.per_call = per_call
         self.kb_urls = tuple(kb_urls)  # what the breaker asks during an outage; none: half-open trials
         self._breaker: OutageBreaker | None = None
-        self.trainer_steps = TrainerSteps(prefilled=self.args.train.async_queue_size)
+        self.trainer_steps = TrainerSteps()
+        self._start_step = 0  # the global_step this run started from (a checkpoint's, after a resume)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sched: StreamingScheduler | None = None
         self._replay, self._replayed, self._snapshot, self._live_state = [], 0, None, None
@@ -145,6 +155,9 @@ class StreamingSamplesGenerator(SamplesGenerator):
             state = dict(state)
             self._replay = [tuple(p) for p in state.pop(REPLAY_KEY, [])]
             self._skip_pass = bool(state.pop(PASS_DONE_KEY, False))
+            step = state.pop(STEP_KEY, None)
+            self._start_step = int(step or 0)
+            self.trainer_steps.start_from(None if step is None else int(step))
             self._snapshot = None
             live_load(state)
 
@@ -154,7 +167,12 @@ class StreamingSamplesGenerator(SamplesGenerator):
     async def _take_snapshot(self):
         # On the scheduler's loop, where prompts are drawn: position and list agree.
         pending = (self._sched.unconsumed_prompts() if self._sched else []) + self._replay
-        return {**self._live_state(), REPLAY_KEY: [list(p) for p in pending], PASS_DONE_KEY: self._pass_done}
+        return {
+            **self._live_state(),
+            REPLAY_KEY: [list(p) for p in pending],
+            PASS_DONE_KEY: self._pass_done,
+            STEP_KEY: self._start_step + self._handed_out,  # OpenRLHF trains one step per batch handed out
+        }
 
     # -- one pass over the prompts per episode ---------------------------------------------
     def _run(self, coro):
@@ -519,17 +537,19 @@ def install(settings: SchedulerConfig, per_call: bool = False, kb_urls: tuple[st
     check_contract()
     stock_generator_actor()
     async_trainer.GenerateSamplesActor = ray.remote(streaming_actor_class(settings, per_call, kb_urls))
-    _restore_per_call()  # an earlier job's
-    if per_call:  # the trainer's advantages and the policy's optimizer steps, per trajectory (per_call.py)
-        from openrlhf.trainer.ray import ppo_actor
+    _restore_trainer()  # an earlier job's
+    from openrlhf.trainer.ray import ppo_actor
 
-        _STOCK["trainer"], _STOCK["policy"] = async_trainer.TrainingActor, ppo_actor.PolicyModelActor
-        async_trainer.TrainingActor = mixed(async_trainer.TrainingActor, PerCallTrainer)
+    _STOCK["trainer"], _STOCK["policy"] = async_trainer.TrainingActor, ppo_actor.PolicyModelActor
+    # a batch short of groups (failed alone, the data's end) still reaches every policy rank; per_call: the trainer's
+    # advantages and the policy's optimizer steps, per trajectory (per_call.py)
+    async_trainer.TrainingActor = mixed(async_trainer.TrainingActor, PerCallTrainer if per_call else EveryRankSamples)
+    if per_call:
         ppo_actor.PolicyModelActor = mixed(ppo_actor.PolicyModelActor, PerCallPolicy)
     _STOCK["job"] = job
 
 
-def _restore_per_call() -> None:
+def _restore_trainer() -> None:
     if "trainer" in _STOCK:
         from openrlhf.trainer.ray import ppo_actor
 
@@ -547,5 +567,5 @@ def uninstall() -> None:
             "using it: ray.shutdown() first"
         )
     async_trainer.GenerateSamplesActor = _STOCK["actor"]
-    _restore_per_call()
+    _restore_trainer()
     _STOCK.pop("job", None)

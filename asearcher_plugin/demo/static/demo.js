@@ -210,11 +210,12 @@ function liveCard(runId, req) {
 // ---------- a turn ----------
 const ACTION_LABEL = {
   search: "search", access: "read page", answer: "answer", invalid: "no valid action", none: "cut off",
+  tool_calls: "tool calls",
 };
 
 function reasoningOf(text) {
   return text
-    .replace(/<(search|access|answer)>[\s\S]*?<\/\1>/gi, "")
+    .replace(/<(search|access|answer|tool_call)>[\s\S]*?<\/\1>/gi, "")
     .replace(/<\/?think>|<\|im_(start|end)\|>(assistant|user)?/gi, "")
     .trim();
 }
@@ -229,6 +230,7 @@ function turnElement(t) {
   head.appendChild(act);
   if (t.action === "invalid") head.appendChild(el("span", "arg", t.error));
   else if (t.action === "none") head.appendChild(el("span", "arg", "the token budget ran out mid-turn"));
+  else if (t.action === "tool_calls") head.appendChild(el("span", "arg", (t.calls || []).map(callLabel).join(" · ")));
   else head.appendChild(el("span", "arg", t.argument));
   if (t.generate_seconds !== undefined) {
     head.appendChild(el("span", "secs", `model ${t.generate_seconds.toFixed(2)}s · tools ${t.step_seconds.toFixed(2)}s`));
@@ -240,8 +242,21 @@ function turnElement(t) {
   return li;
 }
 
+function callLabel(c) {
+  return `${c.name}(${JSON.stringify(c.arguments)})`;
+}
+
 function feedbackElement(t) {
   const box = el("div", "feedback");
+  if (t.calls && t.calls.length) {  // agent_type tool-calls: each call with its arguments, then its result
+    for (const c of t.calls) {
+      const p = el("div", "doc");
+      p.appendChild(el("b", null, callLabel(c)));
+      p.appendChild(el("pre", null, c.result));
+      box.appendChild(p);
+    }
+    return box;
+  }
   const raw = t.feedback.replace(/<\/?information>|<think>\s*$|<\|im_(start|end)\|>(assistant|user)?/g, "").trim();
   if (/^(search|access) failed:/m.test(raw)) {
     box.classList.add("failed");

@@ -7,7 +7,7 @@ the narrowest point, only what needs CUDA:
 
 | replaced | by | why |
 |---|---|---|
-| `torch.cuda.*` and `torch.device("cuda:N")` as six OpenRLHF trainer modules see them (`device_shims`) | the CPU: device `"cpu"`, no streams, nothing to synchronise | CPU torch raises on each |
+| `torch.cuda.*` and `torch.device("cuda:N")` as five OpenRLHF trainer modules see them (`device_shims`) | the CPU: device `"cpu"`, no streams, nothing to synchronise | CPU torch raises on each |
 | `init_device_mesh("cuda", ...)` in `DeepspeedStrategy` (`device_shims`) | the same mesh on `"cpu"` | same |
 | NCCL weight broadcast: `stateless_init_process_group` (PyNccl) on both ends, the `device="cuda"` receive buffer in `WorkerWrap.update_weight` (`vllm_transport`) | a gloo group with the same `broadcast` call, a CPU buffer; vLLM's `load_weights` as before | NCCL needs CUDA |
 | vLLM's CPU GEMM dispatch in the engines (`vllm_transport`) | vLLM's own plain fallback (`F.linear` on the live weight) | with oneDNN/AMX kernels vLLM packs each weight and drops its `weight_loader`: weight updates fail |

@@ -9,6 +9,7 @@ process before OpenRLHF's `__init__`. The policy actor also keeps a record of wh
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def on_cpu(actor_class, *mixins):
     return ray.remote(num_gpus=1)(cls)
 
 
+def info_values(value) -> list | None:
+    """An experience's info entry as a flat list: a tensor, or (after OpenRLHF's `make_experience_batch`, which
+    balancing across ranks calls) a list of one 0-d tensor per sample; None for anything else."""
+    if isinstance(value, torch.Tensor):
+        return value.flatten().tolist()
+    if isinstance(value, list) and value and all(isinstance(v, (torch.Tensor, int, float)) for v in value):
+        return [float(v) for v in value]
+    return None
+
+
 class FitLog:
     """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info and the
     tokens each sample puts into the loss (its action mask as the trainer got it)."""
@@ -55,7 +66,7 @@ class FitLog:
                 ]
                 if experience.advantages is not None
                 else None,
-                "info": {k: v.flatten().tolist() for k, v in experience.info.items() if isinstance(v, torch.Tensor)},
+                "info": {k: info_values(v) for k, v in experience.info.items() if info_values(v) is not None},
             }
         )
         return super().append(experience)
@@ -70,6 +81,10 @@ class FitLog:
         path.mkdir(parents=True, exist_ok=True)
         line = {
             "fit": self._fits,
+            "rank": torch.distributed.get_rank() if torch.distributed.is_initialized() else 0,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            # per_call: this rank's micro-batches (optimizer step, tokens as the forward pads them, padding or not)
+            "micro_batches": getattr(self, "asearcher_micro_batches", None),
             "time": time.time(),
             "status": {k: v for k, v in status.items() if isinstance(v, (int, float))},
             "experiences": self.__dict__.pop("_fit_rows", []),

@@ -48,9 +48,11 @@ def stateless_init_process_group(master_address, master_port, rank, world_size, 
 
 
 def update_weight(self, name, dtype, shape, empty_cache=False):
-    """`WorkerWrap.update_weight` with a CPU receive buffer."""
+    """`WorkerWrap.update_weight` with a CPU receive buffer; OpenRLHF's dtype check kept, since a trainer whose
+    dtype differs from the engines' fails there on GPUs, and vLLM's loaders would cast it silently here."""
     import torch
 
+    assert dtype == self.model_config.dtype, f"mismatch dtype: src {dtype}, dst {self.model_config.dtype}"
     weight = torch.empty(shape, dtype=dtype)
     self._model_update_group.broadcast(weight, src=0)
     from .switches import switches

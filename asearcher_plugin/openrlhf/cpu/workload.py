@@ -2,8 +2,10 @@
 
 Each trajectory draws its number of turns from a Pareto distribution (scale `turns_scale`, shape `pareto_alpha`)
 clipped to [1, max_turns]: most are short, a few long, as ASearcher's are. Every turn is real work for the vLLM
-engine: it decodes exactly `tokens_per_turn` tokens of the growing trajectory (prefill, continuous batching, pauses
-for weight updates included); the tokens the agent then keeps are scripted: a real KB search with the question for
+engine: it reads the turn's scripted tokens after the growing trajectory and decodes exactly `tokens_per_turn` more
+(prefill, continuous batching, pauses for weight updates included). The tokens the agent keeps are the scripted
+ones, with the log-probs the engine computed for them (vLLM's prompt log-probs), so the trainer's IS correction
+sees the engine's own numbers, as for sampled tokens. They are: a real KB search with the question for
 every turn but the last, then an answer. The plan of a trajectory rides in its first action (`<think>plan
 N</think>`); the searches it counts include the example search in the packaged prompt templates, so a trajectory
 searches fewer times than its plan. So what is measured is how well a scheduler keeps engines busy with
@@ -85,15 +87,40 @@ class ScriptedEngine:
         ids = self.tokenizer(head + action, add_special_tokens=False)["input_ids"]
         ids = ids[: max(1, params.max_tokens or len(ids))]
         n = self.w.tokens_per_turn
-        decode = with_overrides(params, max_tokens=n, min_tokens=n, stop=None, logprobs=None)
+        want = params.logprobs is not None
+        # The engine reads the scripted tokens as part of its prompt (their log-probs under the weights it holds,
+        # as the agent's training needs them) and decodes n tokens after them: the turn's real work.
+        # No detokenizing: nothing reads the engine's text, and vLLM 0.29 fails decoding the prompt log-probs' ids.
+        decode = with_overrides(
+            params,
+            max_tokens=n,
+            min_tokens=n,
+            stop=None,
+            logprobs=None,
+            prompt_logprobs=0 if want else None,
+            detokenize=False,
+        )
         with self.busy:
-            await self.engine.generate(prompt_token_ids, decode)
+            done = await self.engine.generate(list(prompt_token_ids) + ids, decode)
             if self.w.turn_seconds:
                 await asyncio.sleep(self.w.turn_seconds)
-        logprobs = [{t: Logprob(0.0, rank=1)} for t in ids] if params.logprobs is not None else None
+        logprobs = _scripted_logprobs(done, ids) if want else None
         stop = action[action.rfind("</") :]
         out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", stop, logprobs, 0.0)
         return RequestOutput("", list(prompt_token_ids), [out])
+
+
+def _scripted_logprobs(done, ids: list[int]) -> list[dict]:
+    """The engine's log-prob of each scripted token, from the prompt log-probs of the request that read them."""
+    given = list(getattr(done, "prompt_logprobs", None) or [])[-len(ids) :]
+    bad = [i for i, (t, lp) in enumerate(zip(ids, given)) if not lp or t not in lp]
+    if len(given) != len(ids) or bad:
+        at = f"; at scripted token {bad[0]} (id {ids[bad[0]]}) it gave {given[bad[0]]!r}" if bad else ""
+        raise RuntimeError(
+            f"the engine returned prompt log-probs for {len(given) - len(bad)} of the {len(ids)} scripted tokens"
+            f"{at}: the scripted workload needs an engine that honours SamplingParams.prompt_logprobs"
+        )
+    return [{t: Logprob(lp[t].logprob, rank=1)} for t, lp in zip(ids, given)]
 
 
 _FIRST_RESULT = re.compile(r"\[Doc 1\]\((\S+?)\):")
