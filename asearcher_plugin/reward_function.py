@@ -9,11 +9,12 @@ returns something else fails the trajectory with an error naming the function, s
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import math
 import numbers
 from collections.abc import Callable
+
+from .dotted import resolve_reference
 
 ARGUMENTS = ("question", "answer", "label", "counters")
 
@@ -25,20 +26,9 @@ class RewardFunctionError(ValueError):
 @functools.cache
 def resolve(spec: str) -> Callable:
     """`module:callable` -> the callable, checked to take the four keyword arguments."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name.strip() or not attr.strip():
-        raise RewardFunctionError(f"reward.function {spec!r}: expected 'module:callable', e.g. 'my_rewards:score'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RewardFunctionError(f"reward.function {spec!r}: cannot import module {module_name!r}: {exc}") from None
-    fn = module
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise RewardFunctionError(f"reward.function {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
+    fn = resolve_reference(spec, "reward.function", "my_rewards:score", RewardFunctionError)
     if not callable(fn):
-        raise RewardFunctionError(f"reward.function {spec!r}: {attr!r} is a {type(fn).__name__}, not a callable")
+        raise RewardFunctionError(f"reward.function {spec!r} is a {type(fn).__name__}, not a callable")
     try:
         inspect.signature(fn).bind(**dict.fromkeys(ARGUMENTS))
     except TypeError as exc:

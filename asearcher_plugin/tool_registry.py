@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import inspect
 import json
 import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from .dotted import resolve_reference
 
 MAX_RESULT_CHARS = 20_000  # a tool's text as the model sees it; a tool of the user's may return anything
 
@@ -169,21 +170,11 @@ def _json_type(hint, where: str) -> dict:
 @functools.cache
 def resolve_extra(spec: str) -> Tool:
     """`module:callable` (from `tools.extra`) as a Tool, checked once per process."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name.strip() or not attr.strip():
-        raise ToolSpecError(f"tools.extra {spec!r}: expected 'module:callable', e.g. 'my_tools:calculator'")
-    try:
-        obj = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ToolSpecError(f"tools.extra {spec!r}: cannot import module {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ToolSpecError(f"tools.extra {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    obj = resolve_reference(spec, "tools.extra", "my_tools:calculator", ToolSpecError)
     if isinstance(obj, Tool):
         return obj
     if not callable(obj):
-        raise ToolSpecError(f"tools.extra {spec!r}: {attr!r} is a {type(obj).__name__}, not a function")
+        raise ToolSpecError(f"tools.extra {spec!r} is a {type(obj).__name__}, not a function")
     return tool_from_function(obj, source=f"tools.extra {spec!r}")
 
 
