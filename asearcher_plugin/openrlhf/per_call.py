@@ -89,6 +89,12 @@ def compute_per_trajectory(maker, experiences, original):
     return experiences
 
 
+def policy_ranks(group) -> int:
+    """The data-parallel policy ranks of OpenRLHF's actor group, counted as its batch dispatch counts them (ring
+    attention and tensor-parallel copies of a rank share its data)."""
+    return len(group._actor_handlers) // group.duplicate_actors
+
+
 class EveryRankSamples:
     """Mixed into OpenRLHF's async `TrainingActor`: a rollout batch smaller than a full one still reaches every
     policy rank (`micro_batches.every_rank`), where OpenRLHF's dispatch would stop the run."""
@@ -96,10 +102,7 @@ class EveryRankSamples:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         maker = self.experience_maker
-        flags = maker.args
-        ranks = flags.actor.num_nodes * flags.actor.num_gpus_per_node
-        ranks //= flags.ds.ring_attn_size * flags.ds.tensor_parallel_size
-        split = maker.split_rollout_samples
+        ranks, split = policy_ranks(maker.actor_model_group), maker.split_rollout_samples
         pad = maker.tokenizer.pad_token_id
         maker.split_rollout_samples = lambda samples: every_rank(split(samples), samples, ranks, pad)
 
@@ -118,8 +121,7 @@ class PerCallTrainer(EveryRankSamples):
 
         def by_tokens(method_name, **kwargs):
             if method_name == "append":
-                ranks = len(group._actor_handlers) // group.duplicate_actors
-                kwargs["experience"] = rank_shares(kwargs["experience"], ranks)
+                kwargs["experience"] = rank_shares(kwargs["experience"], policy_ranks(group))
             return by_count(method_name=method_name, **kwargs)
 
         group.async_run_method_batch = by_tokens

@@ -66,7 +66,7 @@ class FitLog:
                 ]
                 if experience.advantages is not None
                 else None,
-                "info": {k: info_values(v) for k, v in experience.info.items() if info_values(v) is not None},
+                "info": {k: vals for k, v in experience.info.items() if (vals := info_values(v)) is not None},
             }
         )
         return super().append(experience)
