@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from . import memory
 from .batcher import MicroBatcher
 from .kb import KnowledgeBase
 from .threads import stage_threads
@@ -172,6 +173,7 @@ class BodyLimit:
 def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None) -> FastAPI:
     """`threads`: CPU threads shared by the encoder and search stages (default: every core)."""
     limits = limits or ServerLimits()
+    memory.limit_arenas(2)  # before the batcher's threads allocate: see memory.py
     encoder_threads, search_threads = stage_threads(threads)
     batcher = MicroBatcher(
         kb,
@@ -185,8 +187,13 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        yield
-        batcher.close()
+        served = lambda: counters["retrieve_requests"] + counters["access_requests"]  # noqa: E731
+        trimmer = asyncio.create_task(memory.trim_after_traffic(served))
+        try:
+            yield
+        finally:
+            trimmer.cancel()
+            batcher.close()
 
     app = FastAPI(title="asearcher local knowledge base", version="1", lifespan=lifespan)
     app.state.kb, app.state.batcher, app.state.limits = kb, batcher, limits
