@@ -74,6 +74,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "pareto_alpha": args.alpha,
         "tokens_per_turn": args.tokens_per_turn,
         "turn_seconds": args.turn_s,
+        "capacity": getattr(args, "capacity", None),
         "query_words": 4,
         "seed": args.seed,
     }
@@ -147,6 +148,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "stale_tokens_masked": info("stale_tokens_masked") if rows else None,
         "restarted": rows[-1]["stats"]["stale_restarted"] if rows else None,
         "dropped": rows[-1]["stats"]["stale_dropped"] if rows else None,
+        "fit_s_mean": statistics.mean(f["time"] - f.get("started", f["time"]) for f in fits),
         "wall_s": time.time() - started,
     }
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import sys
 from dataclasses import dataclass, field
@@ -44,14 +45,17 @@ from benchmarks.readme_table import publish  # noqa: E402
 
 @dataclass
 class Fleet:
+    """E engines, each decoding every sequence sent to it at `tok_s` seconds a token while at most `slots` decode at
+    once, and at slots / n of that speed when n do (a saturated engine's token rate is shared; `slots=None`: no
+    limit, the flat model). A weight broadcast pauses every engine."""
+
     engines: int
-    slots: int
+    slots: int | None
     tok_s: float
     now: callable = None
     running: asyncio.Event = field(default_factory=asyncio.Event)
     active: list = field(default_factory=list)
     load: list = field(default_factory=list)
-    sems: list = field(default_factory=list)
     timeline: list = field(default_factory=list)  # (time, engine, active sequences)
     pauses: list = field(default_factory=list)  # (start, end) of weight broadcasts
 
@@ -59,7 +63,6 @@ class Fleet:
         self.running.set()
         self.active = [0] * self.engines
         self.load = [0] * self.engines
-        self.sems = [asyncio.Semaphore(self.slots) for _ in range(self.engines)]
 
     def pick(self, n: int) -> int:
         """OpenRLHF's assignment: the engine with the least outstanding work gets the whole group."""
@@ -67,15 +70,20 @@ class Fleet:
         self.load[e] += n
         return e
 
-    async def decode(self, e: int, tokens: int) -> None:
-        async with self.sems[e]:
-            self._mark(e, +1)
+    def slowdown(self, e: int) -> float:
+        return 1.0 if self.slots is None else max(1.0, self.active[e] / self.slots)
+
+    async def decode(self, e: int, tokens: float) -> None:
+        """`tokens` of decode on engine e (a fraction of a token is a share of one token's time)."""
+        self._mark(e, +1)
+        try:
             left = tokens
-            while left > 0:
+            while left > 1e-9:
                 await self.running.wait()  # a weight broadcast pauses decoding
                 chunk = min(left, 32)
-                await asyncio.sleep(chunk * self.tok_s)
+                await asyncio.sleep(chunk * self.tok_s * self.slowdown(e))
                 left -= chunk
+        finally:
             self._mark(e, -1)
 
     def _mark(self, e: int, delta: int) -> None:
@@ -131,31 +139,51 @@ async def mode_sync(fleet, data, args, log):
         await fleet.broadcast(args.sync_s)
 
 
-async def mode_openrlhf_async(fleet, data, args, log):
-    queue, slots = asyncio.Queue(maxsize=1), asyncio.Queue()
-    slots.put_nowait(0)
+async def mode_openrlhf(
+    fleet, data, args, log, generate_batch: int | None = None, queue_size: int = 1, partial: bool = True
+):
+    """OpenRLHF 0.11.2's async trainer (`ppo_trainer_async.py`, `samples_generator.py`): `queue_size` slot tokens
+    (`train.async_queue_size`) let the generator run that many batches ahead of the trainer, which returns a token as
+    it takes a batch; a generate call sends `generate_batch` groups (`rollout.vllm_generate_batch_size`, default B)
+    and waits for all of them, and the batches beyond the first wait in a buffer, one per slot token. Without
+    partial rollout a lock keeps a weight broadcast out of a generate call (and the call out of the broadcast);
+    with it the broadcast pauses the engines mid-call. A group's staleness: the trainer's version when it trains
+    the group minus the version when its generate call began."""
+    generate_batch = generate_batch or args.batch
+    queue, slots, lock = asyncio.Queue(maxsize=queue_size), asyncio.Queue(), asyncio.Lock()
+    for _ in range(queue_size):
+        slots.put_nowait(0)
     version = {"v": 0}
+    steps = len(data) // args.batch
 
     async def generator():
-        for step in range(args.steps):
-            started = await slots.get()
-            batch = data[step * args.batch : (step + 1) * args.batch]
-            await asyncio.gather(*(run_group(fleet, g) for g in batch))
-            await queue.put((batch, started))
+        buffer, next_prompt = [], 0
+        for _ in range(steps):
+            await slots.get()
+            if len(buffer) < args.batch and next_prompt < len(data):
+                groups = data[next_prompt : next_prompt + generate_batch]
+                next_prompt += len(groups)
+                async with lock if not partial else contextlib.nullcontext():
+                    started = version["v"]
+                    await asyncio.gather(*(run_group(fleet, g) for g in groups))
+                buffer += [(g, started) for g in groups]
+            batch, buffer = buffer[: args.batch], buffer[args.batch :]
+            await queue.put(batch)
 
     gen = asyncio.ensure_future(generator())
-    for _ in range(args.steps):
-        batch, started = await queue.get()
+    for _ in range(steps):
+        batch = await queue.get()
         slots.put_nowait(version["v"])
         log.append(
             {
                 "t": fleet.now(),
-                "staleness": [version["v"] - started] * len(batch),
-                "turns": [len(t) for g in batch for t in g],
+                "staleness": [version["v"] - started for _, started in batch],
+                "turns": [len(t) for g, _ in batch for t in g],
             }
         )
         await asyncio.sleep(args.train_s)
-        await fleet.broadcast(args.sync_s)
+        async with lock:
+            await fleet.broadcast(args.sync_s)
         version["v"] += 1
     await gen
 
@@ -256,7 +284,9 @@ def plot(results: dict, args, path: Path) -> None:
             ts = [0.0] + [t for t, _ in events]
             busy = [0] + [a for _, a in events]
             base = e * 1.15
-            ax.fill_between(ts, base, np.array(busy) / args.slots + base, step="post", lw=0, alpha=0.8)
+            ax.fill_between(
+                ts, base, np.minimum(np.array(busy) / args.slots, 1.0) + base, step="post", lw=0, alpha=0.8
+            )
             ax.axhline(base, color="black", lw=0.3)
         ax.set_yticks([e * 1.15 + 0.5 for e in range(args.engines)], [f"engine {e}" for e in range(args.engines)])
         ax.set_title(f"{name}: slot occupancy per engine (idle {results[name]['engine_idle']:.0%})", fontsize=9)
@@ -269,7 +299,9 @@ def plot(results: dict, args, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", type=int, default=4)
-    ap.add_argument("--slots", type=int, default=32, help="sequences an engine decodes at once")
+    ap.add_argument(
+        "--slots", type=int, default=32, help="sequences an engine decodes at full speed at once; beyond, each slows"
+    )
     ap.add_argument("--tok-s", type=float, default=0.02, help="seconds per decoded token")
     ap.add_argument("--batch", type=int, default=16, help="prompt groups per training step (B)")
     ap.add_argument("--n", type=int, default=4, help="trajectories per prompt")
@@ -287,7 +319,7 @@ def main() -> None:
     args.max_turns, args.max_tokens_per_turn = agent.max_turns, agent.max_new_tokens_per_turn
     data = workload(args.seed, args.batch * args.steps, args.n, args.max_turns, args.max_tokens_per_turn)
     workload_long = float(np.mean([len(t) >= LONG_TURNS for g in data for t in g]))
-    modes = {"(a) batch-synchronous": mode_sync, "(b) OpenRLHF async + partial rollout": mode_openrlhf_async}
+    modes = {"(a) batch-synchronous": mode_sync, "(b) OpenRLHF async + partial rollout": mode_openrlhf}
     for eta in args.eta:
         modes[f"(c) streaming (ours), keep, eta={eta}"] = partial(mode_streaming, eta=eta, on_stale="keep")
         modes[f"(d) streaming (ours), restart, eta={eta}"] = partial(mode_streaming, eta=eta, on_stale="restart")

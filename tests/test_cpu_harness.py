@@ -200,3 +200,36 @@ def test_the_docs_count_the_shimmed_modules_as_listed():
     for path in (root / "docs/what-ran-where.md", root / "asearcher_plugin/openrlhf/cpu/__init__.py"):
         said = re.findall(r"as (\w+) OpenRLHF trainer modules", path.read_text())
         assert said == [words[len(device_shims.MODULES)]], path
+
+
+def test_a_saturated_engine_shares_its_decode_and_a_paused_one_makes_no_progress():
+    import asyncio
+
+    from asearcher_plugin.openrlhf.cpu.workload import FullSizeDecode
+
+    async def left_after(capacity, turns, steps):
+        """Seconds of decode each of `turns` one-second turns has left after `steps` of (elapsed, paused)."""
+        decoder = FullSizeDecode(object(), capacity)
+        decoder.ticker = asyncio.get_running_loop().create_future()  # no background ticker: the test drives time
+        runs = [asyncio.ensure_future(decoder.run(1.0)) for _ in range(turns)]
+        await asyncio.sleep(0)
+        for elapsed, paused in steps:
+            decoder.advance(elapsed, paused)
+        await asyncio.sleep(0)
+        left = [round(item[0], 6) for item in decoder.work]
+        done = sum(r.done() for r in runs)
+        for r in runs:
+            r.cancel()
+        await asyncio.sleep(0)
+        assert decoder.work == []  # a cancelled turn gives up its share
+        return left, done
+
+    # flat: every turn at full speed however many decode
+    assert asyncio.run(left_after(None, 8, [(0.5, False)])) == ([0.5] * 8, 0)
+    # within capacity: full speed
+    assert asyncio.run(left_after(4, 4, [(0.5, False)])) == ([0.5] * 4, 0)
+    # 4 turns on an engine for 2: each at half speed, so one second of wall time does half of each
+    assert asyncio.run(left_after(2, 4, [(1.0, False)])) == ([0.5] * 4, 0)
+    assert asyncio.run(left_after(2, 4, [(1.0, False), (1.0, False)])) == ([], 4)
+    # paused for a weight update: no progress at all
+    assert asyncio.run(left_after(2, 2, [(0.25, False), (5.0, True)])) == ([0.75] * 2, 0)

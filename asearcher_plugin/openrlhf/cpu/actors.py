@@ -72,6 +72,7 @@ class FitLog:
         return super().append(experience)
 
     def fit(self, kl_ctl: float = 0):
+        started = time.time()
         status = super().fit(kl_ctl)
         from asearcher_plugin.openrlhf.cpu.switches import switches
 
@@ -85,6 +86,7 @@ class FitLog:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             # per_call: this rank's micro-batches (optimizer step, tokens as the forward pads them, padding or not)
             "micro_batches": getattr(self, "asearcher_micro_batches", None),
+            "started": started,
             "time": time.time(),
             "status": {k: v for k, v in status.items() if isinstance(v, (int, float))},
             "experiences": self.__dict__.pop("_fit_rows", []),

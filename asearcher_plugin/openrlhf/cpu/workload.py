@@ -37,9 +37,12 @@ class Workload:
     turns_scale: float = 2.0
     pareto_alpha: float = 1.0
     tokens_per_turn: int = 24
-    # Seconds a turn takes besides the real decode: a full-size model's decode of hundreds of tokens, which costs
-    # about the same however many requests share a GPU engine within its batch capacity (a CPU decode does not).
+    # Seconds a turn takes besides the real decode: a full-size model's decode of hundreds of tokens (see
+    # FullSizeDecode for how it shares the engine). A CPU decode of the tiny model does not stand for it.
     turn_seconds: float = 0.0
+    # Full-size decodes an engine runs at full speed at once; beyond, each runs at capacity / n of it (None: no
+    # limit, the flat model). Counted per engine, over the turns in their full-size decode.
+    capacity: int | None = None
     query_words: int = 12  # words of the question sent as the search query (the kept tokens are trained on)
     # After each search, open its first result (ASearcher's observation format: `[Doc 1](url):`) and, when the agent
     # asks for a summary of what it was shown (stop `</think>`), write one. Opening a page does not use up the plan.
@@ -64,6 +67,7 @@ class ScriptedEngine:
         self.engine, self.w, self.tokenizer = engine, workload, tokenizer
         self.started: dict[str, int] = {}  # trajectories begun per question: the k-th sample of a group
         self.busy = BusyClock()
+        self.decoder = FullSizeDecode(engine, workload.capacity)
 
     def plan(self, question: str) -> int:
         """Drawn from (seed, question, sample number), so every mode of a benchmark runs the same workload
@@ -103,7 +107,7 @@ class ScriptedEngine:
         with self.busy:
             done = await self.engine.generate(list(prompt_token_ids) + ids, decode)
             if self.w.turn_seconds:
-                await asyncio.sleep(self.w.turn_seconds)
+                await self.decoder.run(self.w.turn_seconds)
         logprobs = _scripted_logprobs(done, ids) if want else None
         stop = action[action.rfind("</") :]
         out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", stop, logprobs, 0.0)
@@ -133,6 +137,64 @@ def _opened_next(text: str) -> str | None:
         return None
     found = _FIRST_RESULT.search(text, last)
     return found.group(1) if found else None
+
+
+class FullSizeDecode:
+    """The full-size model's decode that each scripted turn stands for, sharing one engine: `seconds` of work per
+    turn, done at full speed while at most `capacity` turns decode on the engine and at capacity / n of it when n
+    do (a saturated engine's batch decodes at a fixed token rate, shared by the sequences in it), and not at all
+    while the engine is paused for a weight update (vLLM's `pause_generation(mode="keep")` freezes requests).
+    `capacity=None` is the flat model: full speed however many decode, paused time excepted."""
+
+    TICK = 0.05  # seconds between progress updates; one pause query to the engine each
+
+    def __init__(self, engine, capacity: int | None):
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be a positive number of concurrent decodes or None, got {capacity}")
+        self.engine, self.capacity = engine, capacity
+        self.work: list[list] = []  # [seconds left, future] per turn decoding
+        self.ticker: asyncio.Task | None = None
+
+    async def run(self, seconds: float) -> None:
+        done = asyncio.get_running_loop().create_future()
+        item = [seconds, done]
+        self.work.append(item)
+        if self.ticker is None or self.ticker.done():
+            self.ticker = asyncio.create_task(self._tick())
+        try:
+            await done
+        finally:  # a cancelled turn (a group restarted as stale) stops taking its share at once
+            if item in self.work:
+                self.work.remove(item)
+
+    def rate(self) -> float:
+        """Each decoding turn's share of full speed."""
+        return 1.0 if self.capacity is None else min(1.0, self.capacity / max(1, len(self.work)))
+
+    async def _paused(self) -> bool:
+        is_paused = getattr(self.engine, "is_paused", None)
+        return bool(await is_paused()) if is_paused is not None else False
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while self.work:
+            await asyncio.sleep(self.TICK)
+            paused = await self._paused()
+            now = loop.time()
+            self.advance(now - last, paused)
+            last = now
+
+    def advance(self, elapsed: float, paused: bool = False) -> None:
+        """`elapsed` seconds pass: each decoding turn does its share of them, none while paused; finished turns
+        return."""
+        step = 0.0 if paused else elapsed * self.rate()
+        for item in list(self.work):
+            item[0] -= step
+            if item[0] <= 1e-9:
+                self.work.remove(item)
+                if not item[1].done():
+                    item[1].set_result(None)
 
 
 class BusyClock:

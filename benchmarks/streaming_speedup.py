@@ -1,0 +1,344 @@
+"""Streaming against OpenRLHF's own knobs, swept, under an engine that saturates; repeated runs on the real chain.
+
+One command: `python benchmarks/streaming_speedup.py`. For each workload (the local recipes' 32 turns, the long-horizon
+recipe's 128) and each engine cost model (flat; capacity, see below):
+
+1. **Sweep, simulated** (benchmarks/scheduler_sim.py's fleet, in virtual time, seconds per configuration): every
+   OpenRLHF configuration (`train.async_queue_size` 1, 2, 4 x `rollout.vllm_generate_batch_size` from B to all
+   prompts of the episode x partial rollout on / off), with OpenRLHF 0.11.2's generate-batch, slot-token and lock
+   semantics, and the streaming scheduler, on the real chain's workload and timings. The best OpenRLHF configuration
+   is the one with the highest simulated throughput, whatever its staleness (reported beside it).
+2. **Real chain** (benchmarks/openrlhf_cpu.py's `run_mode`: `asearcher train cpu_tiny --cpu`, OpenRLHF's `train()`,
+   real vLLM engines, OpenRLHF's DeepSpeed actor, our agent on the sample KB): streaming and that best OpenRLHF
+   configuration, `--repeats` fresh runs each, alternating; a finished run is reused only when the commit and its
+   arguments match.
+
+Engine cost models (asearcher_plugin/openrlhf/cpu/workload.py `FullSizeDecode`; the simulator's `Fleet` is the same
+model): each turn stands for a full-size model's decode of `--turn-s` seconds. *Flat*: that time whatever the number
+of turns decoding on the engine. *Capacity*: full speed while at most `--capacity` turns decode on an engine, each at
+capacity / n of it when n do, so an engine's throughput stops growing at its capacity; both pause while the engine
+is paused for a weight update. The capacity, 8 concurrent decodes per engine, is the knee of published vLLM serving
+measurements of an 8B model on one GPU: Llama-3.1-8B-Instruct on one A100 40 GB, vLLM 0.23, 1,024 in / 128 out
+tokens, scales nearly linearly to 8 concurrent requests and per-token latency climbs beyond
+(johnmusgrave.com/p/vllm-throughput-latency-sweep-on); on one H100 80 GB, vLLM 0.21, its time per output token is
+6.5 ms at 1 and 4 concurrent requests, 10.9 ms at 16 and 46.9 ms at 64, which flat-then-proportional fits with a
+capacity of 9-10 (yobitelcomm.github.io/bench/recipes/concurrency-sweep). The model is harsher than a real engine
+(whose throughput still grows somewhat past the knee), so it narrows what keeping engines full can gain.
+
+Workloads: turns per trajectory Pareto (scale 2, shape 1) clipped to the recipe's `agent.max_turns` (local_7b_1node:
+32; local_7b_long: 128); each turn a real vLLM decode of 8 tokens plus the full-size decode; every turn but the last
+a real KB search. Token counts per turn are the CPU harness's (the tiny model's 8,192 positions hold 128 short turns),
+the recipes' 1,024-token turns being stood for by `--turn-s` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from asearcher_plugin.recipe import Recipe  # noqa: E402
+from benchmarks import openrlhf_cpu, scheduler_sim  # noqa: E402
+from benchmarks.readme_table import publish  # noqa: E402
+
+WORKLOADS = {"32 turns": "local_7b_1node", "128 turns": "local_7b_long"}
+CAPACITY = 8  # concurrent full-speed decodes per engine (the module docstring says where it comes from)
+
+
+def configurations(args) -> dict[str, dict]:
+    """Every OpenRLHF configuration swept, and streaming."""
+    sizes = sorted({args.batch, 2 * args.batch, (args.eta + 1) * args.batch, args.prompts})
+    out = {}
+    for queue, size, part in itertools.product((1, 2, 4), sizes, (False, True)):
+        name = f"OpenRLHF queue {queue}, generate {size}, partial {'on' if part else 'off'}"
+        out[name] = {"queue": queue, "generate": size, "partial": part}
+    out["streaming"] = {"streaming": True}
+    return out
+
+
+def overrides(config: dict, args) -> list[str]:
+    """The run's --set lines for a configuration."""
+    if config.get("streaming"):
+        return [f"scheduler.max_concurrent={(args.eta + 1) * args.batch}"]
+    return [
+        "scheduler.enable=false",
+        f"openrlhf.train.async_queue_size={config['queue']}",
+        f"openrlhf.rollout.vllm_generate_batch_size={config['generate']}",
+        f"openrlhf.train.partial_rollout_enable={str(config['partial']).lower()}",
+    ]
+
+
+# --- 1. the sweep, simulated ------------------------------------------------------------------------------------
+
+
+def pareto_workload(args, max_turns: int) -> list:
+    """Groups of n trajectories, each a list of (decode tokens, seconds after the decode) per turn, drawn as the
+    CPU harness draws its plans (Pareto turn counts clipped to the recipe's turns)."""
+    import math
+    import random
+
+    rng = random.Random(args.seed)
+    tokens = args.turn_s / args.sim_tok_s
+    data = []
+    for _ in range(args.prompts):
+        group = []
+        for _ in range(args.n):
+            turns = min(max_turns, max(1, math.ceil(args.scale * rng.paretovariate(args.alpha))))
+            group.append([(tokens, args.sim_turn_overhead_s)] * turns)
+        data.append(group)
+    return data
+
+
+def simulate(args, max_turns: int, capacity: int | None) -> dict[str, dict]:
+    data = pareto_workload(args, max_turns)
+    sim = SimpleNamespace(
+        engines=args.engines,
+        slots=capacity,
+        tok_s=args.sim_tok_s,
+        batch=args.batch,
+        n=args.n,
+        steps=len(data) // args.batch,
+        train_s=args.sim_train_s,
+        sync_s=args.sim_sync_s,
+        max_concurrent=None,
+    )
+    out = {}
+    for name, config in configurations(args).items():
+        if config.get("streaming"):
+            mode = partial(scheduler_sim.mode_streaming, eta=args.eta, on_stale="keep")
+        else:
+            mode = partial(
+                scheduler_sim.mode_openrlhf,
+                generate_batch=config["generate"],
+                queue_size=config["queue"],
+                partial=config["partial"],
+            )
+        r = scheduler_sim.run_mode(mode, data, sim)
+        out[name] = {k: r[k] for k in ("seconds", "traj_per_s", "engine_idle", "staleness_max", "staleness_mean")}
+    return out
+
+
+def best_openrlhf(sim: dict[str, dict]) -> str:
+    return max((n for n in sim if n.startswith("OpenRLHF")), key=lambda n: sim[n]["traj_per_s"])
+
+
+# --- 2. the real chain, repeated ----------------------------------------------------------------------------------
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return head + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, server_url: str, model, prompts):
+    """`args.repeats` runs of each configuration, alternating, each kept in work/<workload>/<cost>/<config>/<i>."""
+    recipe = Recipe.load(WORKLOADS[workload])
+    run_args = SimpleNamespace(
+        max_turns=recipe.agent.max_turns,
+        max_len=openrlhf_cpu.TINY_POSITIONS,
+        scale=args.scale,
+        alpha=args.alpha,
+        tokens_per_turn=args.tokens_per_turn,
+        turn_s=args.turn_s,
+        capacity=CAPACITY if cost == "capacity" else None,
+        seed=args.seed,
+        batch=args.batch,
+        n=args.n,
+        engines=args.engines,
+        queue=1,
+        eta=args.eta,
+        fit_s=0.0,
+    )
+    key = {"commit": commit(), "args": vars(run_args)}
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for i in range(args.repeats):
+        for name in names:
+            work = Path(args.work).resolve() / openrlhf_cpu.slug(workload) / cost / str(i)
+            done = work / openrlhf_cpu.slug(name) / "result.json"
+            if done.exists() and json.loads(done.read_text())["key"] == key:
+                results[name].append(json.loads(done.read_text())["result"])
+                print(f"== {workload}, {cost}, {name}, run {i + 1}: kept from {done}", flush=True)
+                continue
+            print(f"== {workload}, {cost}, {name}, run {i + 1} of {args.repeats}", flush=True)
+            work.mkdir(parents=True, exist_ok=True)
+            result = openrlhf_cpu.run_mode(
+                name, overrides(configs[name], args), run_args, work, model, prompts, server_url
+            )
+            done.write_text(json.dumps({"key": key, "result": result}))
+            print(json.dumps(result), flush=True)
+            results[name].append(result)
+    return results
+
+
+# --- the table ----------------------------------------------------------------------------------------------------
+
+HEADER = [
+    "workload",
+    "cost model",
+    "configuration",
+    "simulated span s",
+    "sim vs best OpenRLHF",
+    "sim max / mean staleness",
+    "real span s: median (range)",
+    "real vs best OpenRLHF",
+    "real engine idle",
+    "real max / mean staleness",
+]
+
+
+def rows(sims: dict, reals: dict) -> list[list]:
+    out = []
+    for (workload, cost), sim in sims.items():
+        best = best_openrlhf(sim)
+        real = reals.get((workload, cost), {})
+        best_real = statistics.median(r["span_s"] for r in real[best]) if real.get(best) else None
+        order = sorted(sim, key=lambda n: (n != "streaming", n != best, -sim[n]["traj_per_s"]))
+        for name in order:
+            s, runs = sim[name], real.get(name, [])
+            spans = [r["span_s"] for r in runs]
+            median = statistics.median(spans) if spans else None
+            stale = [r for r in runs if r.get("staleness_max") is not None]
+            out.append(
+                [
+                    workload,
+                    cost,
+                    name + (" (best OpenRLHF)" if name == best else ""),
+                    f"{s['seconds']:.0f}",
+                    f"{sim[best]['traj_per_s'] and s['traj_per_s'] / sim[best]['traj_per_s']:.2f}x",
+                    f"{s['staleness_max']} / {s['staleness_mean']:.2f}",
+                    f"{median:.0f} ({min(spans):.0f}-{max(spans):.0f}), {len(spans)} runs" if spans else "–",
+                    f"{best_real / median:.2f}x" if spans and best_real else "–",
+                    f"{statistics.median(r['engine_idle'] for r in runs):.0%}" if runs else "–",
+                    (
+                        f"{max(r['staleness_max'] for r in stale)} / "
+                        f"{statistics.mean(r['staleness_mean'] for r in stale):.2f}"
+                        if stale
+                        else "–"
+                    ),
+                ]
+            )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--cost-models", nargs="+", default=["flat", "capacity"], choices=["flat", "capacity"])
+    ap.add_argument("--repeats", type=int, default=3, help="real-chain runs per configuration (0: the sweep only)")
+    ap.add_argument(
+        "--real-cost-models",
+        nargs="+",
+        default=["flat", "capacity"],
+        choices=["flat", "capacity"],
+        help="the cost models whose best configurations also run on the real chain",
+    )
+    ap.add_argument("--prompts", type=int, default=48, help="questions; one pass over them (one episode)")
+    ap.add_argument("--batch", type=int, default=4, help="rollout.batch_size (groups per step)")
+    ap.add_argument("--n", type=int, default=4, help="samples per prompt")
+    ap.add_argument("--engines", type=int, default=2)
+    ap.add_argument("--eta", type=int, default=4, help="scheduler.max_staleness")
+    ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
+    ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
+    ap.add_argument("--tokens-per-turn", type=int, default=8, help="real vLLM decode per turn")
+    ap.add_argument("--turn-s", type=float, default=1.5, help="a full-size model's decode per turn, at full speed")
+    ap.add_argument("--seed", type=int, default=0)
+    # the simulator's timings, from the real chain's runs (fit log: a training step; trace: a turn's other costs)
+    ap.add_argument("--sim-train-s", type=float, default=5.0, help="simulated training step")
+    ap.add_argument("--sim-sync-s", type=float, default=1.0, help="simulated weight broadcast")
+    ap.add_argument("--sim-turn-overhead-s", type=float, default=0.3, help="simulated real decode + KB search a turn")
+    ap.add_argument("--sim-tok-s", type=float, default=0.01, help="simulated seconds a token (sets the granularity)")
+    ap.add_argument("--work", default="runs/bench-streaming-speedup")
+    args = ap.parse_args()
+
+    sims = {}
+    for workload, cost in itertools.product(args.workloads, args.cost_models):
+        max_turns = Recipe.load(WORKLOADS[workload]).agent.max_turns
+        sims[(workload, cost)] = simulate(args, max_turns, CAPACITY if cost == "capacity" else None)
+        best = best_openrlhf(sims[(workload, cost)])
+        print(f"== sweep, {workload}, {cost}: best OpenRLHF configuration {best}", flush=True)
+
+    reals = {}
+    if args.repeats:
+        reals = run_chain(args, sims)
+    print(
+        publish(
+            "streaming_speedup",
+            HEADER,
+            rows(sims, reals),
+            note(args),
+            {
+                "args": vars(args),
+                "sims": {" / ".join(k): v for k, v in sims.items()},
+                "reals": {" / ".join(k): v for k, v in reals.items()},
+            },
+        )
+    )
+
+
+def run_chain(args, sims: dict) -> dict:
+    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
+    from local_retriever.build import ensure_sample_kb
+    from local_retriever.sample import load_sample_questions
+    from local_retriever.server_process import start_server, wait_healthy
+
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
+    questions = load_sample_questions()
+    prompts = work / "prompts.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "question": questions[i % len(questions)]["question"] + f" ({i})",
+                    "golden_answers": questions[i % len(questions)]["golden_answers"],
+                }
+            )
+            + "\n"
+            for i in range(args.prompts)
+        )
+    )
+    configs = configurations(args)
+    server = start_server(kb, 5124, "bm25")
+    reals = {}
+    try:
+        wait_healthy("http://127.0.0.1:5124", server)
+        for (workload, cost), sim in sims.items():
+            if cost not in args.real_cost_models:
+                continue
+            names = ["streaming", best_openrlhf(sim)]
+            reals[(workload, cost)] = real_runs(
+                args, workload, cost, names, configs, "http://127.0.0.1:5124", model, prompts
+            )
+    finally:
+        server.terminate()
+    return reals
+
+
+def note(args) -> str:
+    return (
+        f"{args.engines} engines, B={args.batch} prompts x n={args.n}, {args.prompts} prompts (one episode, "
+        f"{args.prompts * args.n} trajectories), eta={args.eta}; streaming keeps (eta + 1) x B groups in flight. "
+        f"Each turn: a real vLLM decode of {args.tokens_per_turn} tokens, a full-size decode of {args.turn_s:g} s "
+        f"(flat, or at most {CAPACITY} at full speed per engine), a real KB search. Simulated: virtual time, "
+        f"training step {args.sim_train_s:g} s, weight broadcast {args.sim_sync_s:g} s, "
+        f"{args.sim_turn_overhead_s:g} s a turn besides the full-size decode. "
+        "Real: span from the first request an engine receives to the last trained step, "
+        "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
+        "Staleness: policy versions between a group's admission (OpenRLHF: its generate call) and the update "
+        "that trains it (OpenRLHF's generator records no versions on the real chain: simulated only)."
+    )
+
+
+if __name__ == "__main__":
+    main()
