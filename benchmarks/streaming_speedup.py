@@ -286,28 +286,9 @@ def main() -> None:
 
 
 def run_chain(args, sims: dict) -> dict:
-    from asearcher_plugin.engines.tiny_model import ensure_tiny_model
-    from local_retriever.build import ensure_sample_kb
-    from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy
 
-    work = Path(args.work).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
-    questions = load_sample_questions()
-    prompts = work / "prompts.jsonl"
-    prompts.write_text(
-        "".join(
-            json.dumps(
-                {
-                    "question": questions[i % len(questions)]["question"] + f" ({i})",
-                    "golden_answers": questions[i % len(questions)]["golden_answers"],
-                }
-            )
-            + "\n"
-            for i in range(args.prompts)
-        )
-    )
+    kb, model, prompts = openrlhf_cpu.prepare(Path(args.work).resolve(), args.prompts)
     configs = configurations(args)
     server = start_server(kb, 5124, "bm25")
     reals = {}
