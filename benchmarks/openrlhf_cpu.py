@@ -199,20 +199,16 @@ def main() -> None:
     server = start_server(kb, 5123, "bm25")
     try:
         wait_healthy("http://127.0.0.1:5123", server)
-        results = {}
+        results, key = {}, run_key(_measured(vars(args)))
         for name, overrides in modes(args).items():
             done = work / slug(name) / "result.json"
-            if (
-                done.exists()
-                and not args.fresh
-                and _measured(json.loads(done.read_text())["args"]) == _measured(vars(args))
-            ):
+            if done.exists() and not args.fresh and json.loads(done.read_text()).get("key") == key:
                 results[name] = json.loads(done.read_text())["result"]
                 print(f"== {name}: kept from {done}", flush=True)
                 continue
             print(f"== {name}", flush=True)
             results[name] = run_mode(name, overrides, args, work, model, prompts, "http://127.0.0.1:5123")
-            done.write_text(json.dumps({"args": vars(args), "result": results[name]}))
+            done.write_text(json.dumps({"key": key, "args": vars(args), "result": results[name]}))
             print(json.dumps(results[name]), flush=True)
     finally:
         server.terminate()
@@ -240,6 +236,14 @@ def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:
         "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
     )
     return kb, model, prompts
+
+
+def run_key(measured: dict) -> dict:
+    """What a finished run is kept for: the same commit of a clean tree and the same arguments (a tree with
+    uncommitted changes never matches, so its runs are not reused)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return {"commit": head if not dirty.stdout.strip() else f"{head}+{time.time()}", "args": measured}
 
 
 def _measured(args: dict) -> dict:

@@ -37,7 +37,6 @@ import argparse
 import itertools
 import json
 import statistics
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -134,12 +133,6 @@ def best_openrlhf(sim: dict[str, dict]) -> str:
 # --- 2. the real chain, repeated ----------------------------------------------------------------------------------
 
 
-def commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return head + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, server_url: str, model, prompts):
     """`args.repeats` runs of each configuration, alternating, each kept in work/<workload>/<cost>/<config>/<i>."""
     recipe = Recipe.load(WORKLOADS[workload])
@@ -159,7 +152,7 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
         eta=args.eta,
         fit_s=0.0,
     )
-    key = {"commit": commit(), "args": vars(run_args)}
+    key = openrlhf_cpu.run_key(vars(run_args))
     results: dict[str, list[dict]] = {name: [] for name in names}
     for i in range(args.repeats):
         for name in names:
