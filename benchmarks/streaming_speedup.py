@@ -205,6 +205,10 @@ HEADER = [
 ]
 
 
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def rows(sims: dict, reals: dict) -> list[list]:
     out = []
     for (workload, cost), sim in sims.items():
@@ -233,7 +237,7 @@ def rows(sims: dict, reals: dict) -> list[list]:
                     f"{s['traj_per_s'] / sim[best]['traj_per_s']:.2f}x",
                     f"{s['traj_per_s'] / sim[fresh]['traj_per_s']:.2f}x",
                     f"{s['staleness_max']} / {s['staleness_mean']:.2f}" if "staleness_max" in s else "–",
-                    f"{median:.0f} ({min(spans):.0f}-{max(spans):.0f}), {len(spans)} runs" if spans else "–",
+                    f"{median:.0f} ({min(spans):.0f}-{max(spans):.0f}), {_runs(len(spans))}" if spans else "–",
                     f"{best_real / median:.2f}x" if spans and best_real else "–",
                     f"{statistics.median(r['engine_idle'] for r in runs):.0%}" if runs else "–",
                     (
