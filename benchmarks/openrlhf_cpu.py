@@ -157,21 +157,13 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_workload_arguments(ap: argparse.ArgumentParser) -> None:
+    """The episode, fleet and scripted workload of a real-chain scheduling run."""
     ap.add_argument("--prompts", type=int, default=48, help="questions; one pass over them (one episode)")
     ap.add_argument("--batch", type=int, default=4, help="rollout.batch_size (groups per step)")
     ap.add_argument("--n", type=int, default=4, help="samples per prompt")
     ap.add_argument("--engines", type=int, default=2)
-    ap.add_argument("--queue", type=int, default=1, help="train.async_queue_size")
     ap.add_argument("--eta", type=int, default=4, help="scheduler.max_staleness")
-    ap.add_argument(
-        "--fit-s",
-        type=float,
-        default=0.0,
-        help="seconds added to each training step (the CPU update itself takes ~3 s)",
-    )
-    ap.add_argument("--recipe", default="local_7b_1node", help="the shipped recipe whose turn and length limits apply")
     ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
     ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
     ap.add_argument("--tokens-per-turn", type=int, default=8, help="real vLLM decode per turn")
@@ -179,9 +171,22 @@ def main() -> None:
         "--turn-s",
         type=float,
         default=1.5,
-        help="seconds each turn waits besides its decode: a full-size model's decode time, flat in concurrency",
+        help="a full-size model's decode time each turn stands for, at full speed (see workload.FullSizeDecode)",
     )
     ap.add_argument("--seed", type=int, default=0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_arguments(ap)
+    ap.add_argument("--queue", type=int, default=1, help="train.async_queue_size")
+    ap.add_argument(
+        "--fit-s",
+        type=float,
+        default=0.0,
+        help="seconds added to each training step (the CPU update itself takes ~3 s)",
+    )
+    ap.add_argument("--recipe", default="local_7b_1node", help="the shipped recipe whose turn and length limits apply")
     ap.add_argument("--work", default="runs/bench-openrlhf-cpu")
     ap.add_argument("--fresh", action="store_true", help="run every mode again (default: keep finished modes)")
     args = ap.parse_args()

@@ -263,16 +263,7 @@ def main() -> None:
         choices=["flat", "capacity"],
         help="the cost models whose best configurations also run on the real chain",
     )
-    ap.add_argument("--prompts", type=int, default=48, help="questions; one pass over them (one episode)")
-    ap.add_argument("--batch", type=int, default=4, help="rollout.batch_size (groups per step)")
-    ap.add_argument("--n", type=int, default=4, help="samples per prompt")
-    ap.add_argument("--engines", type=int, default=2)
-    ap.add_argument("--eta", type=int, default=4, help="scheduler.max_staleness")
-    ap.add_argument("--scale", type=float, default=2.0, help="Pareto scale of the turn count")
-    ap.add_argument("--alpha", type=float, default=1.0, help="Pareto shape of the turn count")
-    ap.add_argument("--tokens-per-turn", type=int, default=8, help="real vLLM decode per turn")
-    ap.add_argument("--turn-s", type=float, default=1.5, help="a full-size model's decode per turn, at full speed")
-    ap.add_argument("--seed", type=int, default=0)
+    openrlhf_cpu.add_workload_arguments(ap)
     # the simulator's timings, from the real chain's runs (fit log: a training step; trace: a turn's other costs)
     ap.add_argument("--sim-train-s", type=float, default=5.0, help="simulated training step")
     ap.add_argument("--sim-sync-s", type=float, default=1.0, help="simulated weight broadcast")
