@@ -97,7 +97,7 @@ def pareto_workload(args, max_turns: int) -> list:
     return data
 
 
-def simulate(args, max_turns: int, capacity: int | None) -> dict[str, dict]:
+def simulate(args, max_turns: int, capacity: int | None, train_s: float) -> dict[str, dict]:
     data = pareto_workload(args, max_turns)
     sim = SimpleNamespace(
         engines=args.engines,
@@ -106,7 +106,7 @@ def simulate(args, max_turns: int, capacity: int | None) -> dict[str, dict]:
         batch=args.batch,
         n=args.n,
         steps=len(data) // args.batch,
-        train_s=args.sim_train_s,
+        train_s=train_s,
         sync_s=args.sim_sync_s,
         max_concurrent=None,
     )
@@ -123,19 +123,19 @@ def simulate(args, max_turns: int, capacity: int | None) -> dict[str, dict]:
             )
         r = scheduler_sim.run_mode(mode, data, sim)
         out[name] = {k: r[k] for k in ("seconds", "traj_per_s", "engine_idle", "staleness_max", "staleness_mean")}
-    bound = lower_bound(args, max_turns, capacity)
+    bound = lower_bound(args, max_turns, capacity, train_s)
     out["lower bound"] = {"seconds": bound, "traj_per_s": len(data) * args.n / bound}
     return out
 
 
-def lower_bound(args, max_turns: int, capacity: int | None) -> float:
+def lower_bound(args, max_turns: int, capacity: int | None, train_s: float) -> float:
     """Seconds no scheduler can beat on the simulated fleet: the engines' full-size decode work at full capacity,
     the longest trajectory run alone at full speed, or the training steps back to back, whichever is longest."""
     data = pareto_workload(args, max_turns)
     turns = [len(t) for g in data for t in g]
     engine_work = sum(turns) * args.turn_s / (args.engines * capacity) if capacity else 0.0
-    critical = max(turns) * (args.turn_s + args.sim_turn_overhead_s) + args.sim_train_s
-    return max(engine_work, critical, len(data) // args.batch * args.sim_train_s)
+    critical = max(turns) * (args.turn_s + args.sim_turn_overhead_s) + train_s
+    return max(engine_work, critical, len(data) // args.batch * train_s)
 
 
 def best_openrlhf(sim: dict[str, dict], stalest: float | None = None) -> str:
@@ -265,7 +265,13 @@ def main() -> None:
     )
     openrlhf_cpu.add_workload_arguments(ap)
     # the simulator's timings, from the real chain's runs (fit log: a training step; trace: a turn's other costs)
-    ap.add_argument("--sim-train-s", type=float, default=5.0, help="simulated training step")
+    ap.add_argument(
+        "--sim-train-s",
+        type=float,
+        nargs=2,
+        default=[6.0, 18.0],
+        help="simulated training step at 32 and at 128 turns (the real chain's fit log: 4.6-9.5 s and ~18 s)",
+    )
     ap.add_argument("--sim-sync-s", type=float, default=1.0, help="simulated weight broadcast")
     ap.add_argument("--sim-turn-overhead-s", type=float, default=0.3, help="simulated real decode + KB search a turn")
     ap.add_argument("--sim-tok-s", type=float, default=0.01, help="simulated seconds a token (sets the granularity)")
@@ -279,12 +285,15 @@ def main() -> None:
     args = ap.parse_args()
     saved = json.loads(Path(args.from_results).read_text()) if args.from_results else None
     if saved:
-        args = argparse.Namespace(**{**vars(args), **saved["args"], "from_results": args.from_results})
+        # the real runs' arguments; the simulator's own settings (sim_*) from this command line
+        kept = {k: v for k, v in saved["args"].items() if not k.startswith("sim_")}
+        args = argparse.Namespace(**{**vars(args), **kept, "from_results": args.from_results})
 
     sims = {}
     for workload, cost in itertools.product(args.workloads, args.cost_models):
         max_turns = Recipe.load(WORKLOADS[workload]).agent.max_turns
-        sims[(workload, cost)] = simulate(args, max_turns, CAPACITY if cost == "capacity" else None)
+        train_s = dict(zip(WORKLOADS, args.sim_train_s))[workload]
+        sims[(workload, cost)] = simulate(args, max_turns, CAPACITY if cost == "capacity" else None, train_s)
         best = best_openrlhf(sims[(workload, cost)])
         print(f"== sweep, {workload}, {cost}: best OpenRLHF configuration {best}", flush=True)
 
@@ -339,7 +348,8 @@ def note(args) -> str:
         f"{args.prompts * args.n} trajectories), eta={args.eta}; streaming keeps (eta + 1) x B groups in flight. "
         f"Each turn: a real vLLM decode of {args.tokens_per_turn} tokens, a full-size decode of {args.turn_s:g} s "
         f"(flat, or at most {CAPACITY} at full speed per engine), a real KB search. Simulated: virtual time, "
-        f"training step {args.sim_train_s:g} s, weight broadcast {args.sim_sync_s:g} s, "
+        f"training step {args.sim_train_s[0]:g} s (32 turns) / {args.sim_train_s[1]:g} s (128), "
+        f"weight broadcast {args.sim_sync_s:g} s, "
         f"{args.sim_turn_overhead_s:g} s a turn besides the full-size decode. "
         "Real: span from the first request an engine receives to the last trained step, "
         "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
