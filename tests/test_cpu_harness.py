@@ -233,3 +233,25 @@ def test_a_saturated_engine_shares_its_decode_and_a_paused_one_makes_no_progress
     assert asyncio.run(left_after(2, 4, [(1.0, False), (1.0, False)])) == ([], 4)
     # paused for a weight update: no progress at all
     assert asyncio.run(left_after(2, 2, [(0.25, False), (5.0, True)])) == ([0.75] * 2, 0)
+
+
+def test_the_full_size_decode_sees_the_pause_of_the_vllm_engine_inside_openrlhfs_engine_actor():
+    """OpenRLHF passes the agent its LLMRayActor (`llm_engine=self`); vLLM's AsyncLLM, which knows whether it is
+    paused, is that actor's `.llm`."""
+    import asyncio
+    import types
+
+    from asearcher_plugin.openrlhf.cpu.workload import FullSizeDecode
+
+    class AsyncLLM:
+        def __init__(self, paused):
+            self.paused = paused
+
+        async def is_paused(self):
+            return self.paused
+
+    actor = types.SimpleNamespace(llm=AsyncLLM(True))
+    assert asyncio.run(FullSizeDecode(actor, 2)._paused()) is True
+    actor.llm.paused = False
+    assert asyncio.run(FullSizeDecode(actor, 2)._paused()) is False
+    assert asyncio.run(FullSizeDecode(AsyncLLM(True), None)._paused()) is True

@@ -172,8 +172,12 @@ class FullSizeDecode:
         return 1.0 if self.capacity is None else min(1.0, self.capacity / max(1, len(self.work)))
 
     async def _paused(self) -> bool:
-        is_paused = getattr(self.engine, "is_paused", None)
-        return bool(await is_paused()) if is_paused is not None else False
+        # OpenRLHF hands the agent its engine actor (LLMRayActor), whose vLLM engine is `.llm`
+        for owner in (self.engine, getattr(self.engine, "llm", None)):
+            is_paused = getattr(owner, "is_paused", None)
+            if is_paused is not None:
+                return bool(await is_paused())
+        return False
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
