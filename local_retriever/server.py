@@ -173,7 +173,6 @@ class BodyLimit:
 def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None) -> FastAPI:
     """`threads`: CPU threads shared by the encoder and search stages (default: every core)."""
     limits = limits or ServerLimits()
-    memory.limit_arenas(2)  # before the batcher's threads allocate: see memory.py
     encoder_threads, search_threads = stage_threads(threads)
     batcher = MicroBatcher(
         kb,
@@ -460,6 +459,7 @@ def serve(
     limits = limits or ServerLimits()
     # uvicorn configures only its own loggers; this one carries the tracebacks of 500s.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    memory.limit_arenas(2)  # for the whole server process, before its threads allocate: see memory.py
     uvicorn.run(
         build_app(kb, limits, threads),
         host=host,
