@@ -233,13 +233,11 @@ def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:
     kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
     questions = load_sample_questions()
     prompts = work / "prompts.jsonl"
-    rows = (
-        questions[i % len(questions)] | {"question": questions[i % len(questions)]["question"] + f" ({i})"}
-        for i in range(count)
-    )
-    prompts.write_text(
-        "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
-    )
+    lines = []
+    for i in range(count):
+        q = questions[i % len(questions)]
+        lines.append(json.dumps({"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]}) + "\n")
+    prompts.write_text("".join(lines))
     return kb, model, prompts
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import statistics
 import sys
 from functools import partial
@@ -45,6 +46,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from asearcher_plugin.openrlhf.cpu.workload import draw_turns  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks import openrlhf_cpu, scheduler_sim  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
@@ -80,21 +82,14 @@ def overrides(config: dict, args) -> list[str]:
 
 
 def pareto_workload(args, max_turns: int) -> list:
-    """Groups of n trajectories, each a list of (decode tokens, seconds after the decode) per turn, drawn as the
-    CPU harness draws its plans (Pareto turn counts clipped to the recipe's turns)."""
-    import math
-    import random
-
+    """Groups of n trajectories, each a list of (decode tokens, seconds after the decode) per turn, their turn
+    counts drawn as the CPU harness draws its plans (`workload.draw_turns`)."""
     rng = random.Random(args.seed)
-    tokens = args.turn_s / args.sim_tok_s
-    data = []
-    for _ in range(args.prompts):
-        group = []
-        for _ in range(args.n):
-            turns = min(max_turns, max(1, math.ceil(args.scale * rng.paretovariate(args.alpha))))
-            group.append([(tokens, args.sim_turn_overhead_s)] * turns)
-        data.append(group)
-    return data
+    turn = (args.turn_s / args.sim_tok_s, args.sim_turn_overhead_s)
+    return [
+        [[turn] * draw_turns(rng, args.scale, args.alpha, max_turns) for _ in range(args.n)]
+        for _ in range(args.prompts)
+    ]
 
 
 def simulate(args, max_turns: int, capacity: int | None, train_s: float) -> dict[str, dict]:
@@ -123,15 +118,15 @@ def simulate(args, max_turns: int, capacity: int | None, train_s: float) -> dict
             )
         r = scheduler_sim.run_mode(mode, data, sim)
         out[name] = {k: r[k] for k in ("seconds", "traj_per_s", "engine_idle", "staleness_max", "staleness_mean")}
-    bound = lower_bound(args, max_turns, capacity, train_s)
+    bound = lower_bound(args, data, capacity, train_s)
     out["lower bound"] = {"seconds": bound, "traj_per_s": len(data) * args.n / bound}
     return out
 
 
-def lower_bound(args, max_turns: int, capacity: int | None, train_s: float) -> float:
-    """Seconds no scheduler can beat on the simulated fleet: the engines' full-size decode work at full capacity,
-    the longest trajectory run alone at full speed, or the training steps back to back, whichever is longest."""
-    data = pareto_workload(args, max_turns)
+def lower_bound(args, data: list, capacity: int | None, train_s: float) -> float:
+    """Seconds no scheduler can beat on the simulated fleet with workload `data`: the engines' full-size decode
+    work at full capacity, the longest trajectory run alone at full speed, or the training steps back to back,
+    whichever is longest."""
     turns = [len(t) for g in data for t in g]
     engine_work = sum(turns) * args.turn_s / (args.engines * capacity) if capacity else 0.0
     critical = max(turns) * (args.turn_s + args.sim_turn_overhead_s) + train_s
@@ -173,8 +168,9 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
         for name in names:
             work = Path(args.work).resolve() / openrlhf_cpu.slug(workload) / cost / str(i)
             done = work / openrlhf_cpu.slug(name) / "result.json"
-            if done.exists() and json.loads(done.read_text())["key"] == key:
-                results[name].append(json.loads(done.read_text())["result"])
+            kept = json.loads(done.read_text()) if done.exists() else {}
+            if kept.get("key") == key:
+                results[name].append(kept["result"])
                 print(f"== {workload}, {cost}, {name}, run {i + 1}: kept from {done}", flush=True)
                 continue
             print(f"== {workload}, {cost}, {name}, run {i + 1} of {args.repeats}", flush=True)
@@ -214,15 +210,16 @@ def rows(sims: dict, reals: dict) -> list[list]:
     for (workload, cost), sim in sims.items():
         best = best_openrlhf(sim)
         fresh = best_openrlhf(sim, stalest=sim["streaming"]["staleness_mean"])
-        marks = {"lower bound": ": no scheduler finishes sooner"}
+        marks = {
+            "lower bound": ": no scheduler finishes sooner",
+            fresh: " (best OpenRLHF as fresh as streaming)",
+            best: " (best OpenRLHF, as fresh as streaming)" if best == fresh else " (best OpenRLHF)",
+        }
         real = reals.get((workload, cost), {})
         best_real = statistics.median(r["span_s"] for r in real[best]) if real.get(best) else None
         order = sorted(
             sim, key=lambda n: (n != "lower bound", n != "streaming", n != best, n != fresh, -sim[n]["traj_per_s"])
         )
-        marks |= {best: " (best OpenRLHF)", fresh: " (best OpenRLHF as fresh as streaming)"}
-        if best == fresh:
-            marks[best] = " (best OpenRLHF, as fresh as streaming)"
         for name in order:
             s, runs = sim[name], real.get(name, [])
             spans = [r["span_s"] for r in runs]
@@ -297,28 +294,16 @@ def main() -> None:
         best = best_openrlhf(sims[(workload, cost)])
         print(f"== sweep, {workload}, {cost}: best OpenRLHF configuration {best}", flush=True)
 
-    if saved:  # the sweep is seconds of virtual time: run again; the real runs are the saved ones
+    if saved:  # the sweep is seconds of virtual time, so it runs again; the real runs are the saved ones
         reals = {tuple(k.split(" / ")): v for k, v in saved["reals"].items()}
-        payload = {**saved, "sims": {" / ".join(k): v for k, v in sims.items()}}
-        print(publish("streaming_speedup", HEADER, rows(sims, reals), note(args), payload))
-        return
-
-    reals = {}
-    if args.repeats:
-        reals = run_chain(args, sims)
-    print(
-        publish(
-            "streaming_speedup",
-            HEADER,
-            rows(sims, reals),
-            note(args),
-            {
-                "args": vars(args),
-                "sims": {" / ".join(k): v for k, v in sims.items()},
-                "reals": {" / ".join(k): v for k, v in reals.items()},
-            },
-        )
-    )
+    else:
+        reals = run_chain(args, sims) if args.repeats else {}
+    payload = {
+        "args": saved["args"] if saved else vars(args),
+        "sims": {" / ".join(k): v for k, v in sims.items()},
+        "reals": {" / ".join(k): v for k, v in reals.items()},
+    }
+    print(publish("streaming_speedup", HEADER, rows(sims, reals), note(args), payload))
 
 
 def run_chain(args, sims: dict) -> dict:

@@ -60,6 +60,11 @@ class Workload:
         return cls(**fields)
 
 
+def draw_turns(rng: random.Random, scale: float, alpha: float, max_turns: int) -> int:
+    """A trajectory's number of turns: Pareto (`scale`, shape `alpha`) rounded up, clipped to [1, max_turns]."""
+    return min(max_turns, max(1, math.ceil(scale * rng.paretovariate(alpha))))
+
+
 class ScriptedEngine:
     """Stands between the agent and the real engine: the engine decodes, the script decides what was said."""
 
@@ -74,7 +79,7 @@ class ScriptedEngine:
         (OpenRLHF sends all samples of a prompt to one engine)."""
         k = self.started[question] = self.started.get(question, -1) + 1
         rng = random.Random(f"{self.w.seed}:{question}:{k}")
-        return min(self.w.max_turns, max(1, math.ceil(self.w.turns_scale * rng.paretovariate(self.w.pareto_alpha))))
+        return draw_turns(rng, self.w.turns_scale, self.w.pareto_alpha, self.w.max_turns)
 
     async def generate(self, prompt_token_ids: list[int], params) -> RequestOutput:
         text = self.tokenizer.decode(prompt_token_ids)
