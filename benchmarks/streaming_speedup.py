@@ -303,7 +303,7 @@ def main() -> None:
         "sims": {" / ".join(k): v for k, v in sims.items()},
         "reals": {" / ".join(k): v for k, v in reals.items()},
     }
-    print(publish("streaming_speedup", HEADER, rows(sims, reals), note(args), payload))
+    print(publish("streaming_speedup", HEADER, rows(sims, reals), note(args, reals), payload))
 
 
 def run_chain(args, sims: dict) -> dict:
@@ -327,7 +327,9 @@ def run_chain(args, sims: dict) -> dict:
     return reals
 
 
-def note(args) -> str:
+def note(args, reals: dict) -> str:
+    startup = [r["startup_s"] for runs in reals.values() for rs in runs.values() for r in rs]
+    before = f" (start-up before it: {min(startup):.0f}-{max(startup):.0f} s a run)" if startup else ""
     return (
         f"{args.engines} engines, B={args.batch} prompts x n={args.n}, {args.prompts} prompts (one episode, "
         f"{args.prompts * args.n} trajectories), eta={args.eta}; streaming keeps (eta + 1) x B groups in flight. "
@@ -336,7 +338,7 @@ def note(args) -> str:
         f"training step {args.sim_train_s[0]:g} s (32 turns) / {args.sim_train_s[1]:g} s (128), "
         f"weight broadcast {args.sim_sync_s:g} s, "
         f"{args.sim_turn_overhead_s:g} s a turn besides the full-size decode. "
-        "Real: span from the first request an engine receives to the last trained step, "
+        f"Real: span from the first request an engine receives to the last trained step{before}, "
         "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
         "Staleness: policy versions between a group's admission (OpenRLHF: its generate call) and the update "
         "that trains it (OpenRLHF's generator records no versions on the real chain: simulated only). Lower bound: "
