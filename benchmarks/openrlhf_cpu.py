@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from asearcher_plugin.openrlhf.cpu import scripted  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.run_key import run_key  # noqa: E402
 
 TINY_POSITIONS = 8192  # the tiny model's max_position_embeddings
 
@@ -239,14 +240,6 @@ def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:
         lines.append(json.dumps({"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]}) + "\n")
     prompts.write_text("".join(lines))
     return kb, model, prompts
-
-
-def run_key(measured: dict) -> dict:
-    """What a finished run is kept for: the same commit of a clean tree and the same arguments (a tree with
-    uncommitted changes never matches, so its runs are not reused)."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return {"commit": head if not dirty.stdout.strip() else f"{head}+{time.time()}", "args": measured}
 
 
 def _measured(args: dict) -> dict:

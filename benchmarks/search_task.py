@@ -76,6 +76,14 @@ def split(rows: list[dict], heldout: float, seed: int) -> tuple[list[dict], list
     return [r for r in rows if not held(r["title"])], [r for r in rows if held(r["title"])]
 
 
+def learning_split(rows: list[dict], heldout: float = 0.25, rl_share: float = 0.4) -> dict[str, list[dict]]:
+    """Three sides, each article on one: the warm start's questions, RL's and the held-out ones. RL asks about
+    articles the warm start never saw, or its reward would measure what SFT memorised rather than searching."""
+    train, held = split(rows, heldout, 0)
+    sft, rl = split(train, rl_share, 1)
+    return {"sft": sft, "rl": rl, "heldout": held}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kb_dir", type=Path)

@@ -50,6 +50,7 @@ from asearcher_plugin.openrlhf.cpu.workload import draw_turns  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks import openrlhf_cpu, scheduler_sim  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.run_key import run_key  # noqa: E402
 
 WORKLOADS = {"32 turns": "local_7b_1node", "128 turns": "local_7b_long"}
 CAPACITY = 8  # concurrent full-speed decodes per engine (the module docstring says where it comes from)
@@ -162,7 +163,7 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
         eta=args.eta,
         fit_s=0.0,
     )
-    key = openrlhf_cpu.run_key(vars(run_args))
+    key = run_key(vars(run_args))
     results: dict[str, list[dict]] = {name: [] for name in names}
     for i in range(args.repeats):
         for name in names:

@@ -4,15 +4,22 @@ every question is the same number of tokens, and no held-out article is trained 
 
 from __future__ import annotations
 
+import pytest
+
 from asearcher_plugin.agent.prompts import format_docs
 from asearcher_plugin.reward import normalize_answer
-from benchmarks.search_task import make_questions, passages, split
+from benchmarks.search_task import learning_split, make_questions, passages, split
 
 
-def test_questions_answer_from_search_only(sample_kb, tokenizer):
+@pytest.fixture(scope="module")
+def questions(sample_kb, tokenizer):
+    return make_questions(sample_kb, tokenizer)
+
+
+def test_questions_answer_from_search_only(questions, sample_kb, tokenizer):
     from local_retriever.kb import KnowledgeBase
 
-    rows = make_questions(sample_kb, tokenizer)
+    rows = questions
     assert len(rows) >= 300
     assert len({r["id"] for r in rows}) == len(rows)
     assert len({len(tokenizer.tokenize(" " + r["question"])) for r in rows}) == 1  # one copy distance for all
@@ -30,10 +37,18 @@ def test_questions_answer_from_search_only(sample_kb, tokenizer):
         kb.close()
 
 
-def test_split_keeps_each_article_on_one_side(sample_kb, tokenizer):
-    rows = make_questions(sample_kb, tokenizer)
+def test_split_keeps_each_article_on_one_side(questions):
+    rows = questions
     train, held = split(rows, 0.25, 0)
     assert len(train) + len(held) == len(rows) and 0.1 < len(held) / len(rows) < 0.5
     assert not {r["title"] for r in train} & {r["title"] for r in held}
     assert split(rows, 0.25, 0) == (train, held)
     assert split(rows, 0.25, 1) != (train, held)
+
+
+def test_warm_start_rl_and_held_out_questions_ask_about_different_articles(questions):
+    sides = learning_split(questions)
+    titles = {name: {r["title"] for r in rows} for name, rows in sides.items()}
+    assert all(len(rows) >= 60 for rows in sides.values())
+    assert not titles["sft"] & titles["rl"] and not titles["sft"] & titles["heldout"]
+    assert not titles["rl"] & titles["heldout"]

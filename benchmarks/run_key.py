@@ -1,0 +1,34 @@
+"""When a benchmark may keep what an earlier invocation computed: the same commit of a clean tree and the same
+arguments. A tree with uncommitted changes never matches, so nothing made by code that was never committed is
+reused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_key(measured: dict) -> dict:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
+    return {"commit": head if not dirty.stdout.strip() else f"{head}+{time.time()}", "args": measured}
+
+
+def claim(work: Path, key: dict) -> bool:
+    """Make `work` hold only what `key` made: its contents are kept if they were made under the same key, else
+    removed. Returns whether they were kept. A folder this never stamped is left alone unless it is empty."""
+    stamp = work / "run_key.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == key:
+        return True
+    if stamp.is_file():
+        shutil.rmtree(work)
+    elif work.exists() and any(work.iterdir()):
+        raise SystemExit(f"{work} holds files a benchmark run did not make; give an empty or new folder")
+    work.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(key) + "\n")
+    return False
