@@ -1,13 +1,14 @@
 """Does an agent learn to search? Teacher trajectories -> `sft-data` -> `sft` -> RL with the F1 reward, on CPU.
 
-One command: `python benchmarks/learn_to_search.py`. The task (`benchmarks/search_task.py`): `WORD: which article?`,
-the word held by one passage of the sample KB, the answer the title of its article; held-out questions are on
-articles never trained on, so their answers can only come from search. The teacher is the scripted reference policy
-(it searches with the question and answers with the title the result shows; a quarter of its answers wrong on
-purpose), run with the student's tokenizer; `asearcher sft-data` keeps its correct trajectories, `asearcher sft --cpu`
-trains the tiny model on them with OpenRLHF's SFT trainer, and `asearcher train --cpu` continues with RL (real vLLM
-engines, OpenRLHF's DeepSpeed trainer, the streaming scheduler, our agent and KB server) on the training questions,
-reward F1.
+One command: `python benchmarks/learn_to_search.py`. The task (`benchmarks/search_task.py`): `Article with WORD?`,
+the word held by one passage of the sample KB, the answer the title of its article. Questions are split three ways by
+article: the warm start's, RL's and the held-out ones, so neither RL nor evaluation asks about an article SFT saw, and
+a held-out answer can only come from search. The random tiny model first learns to copy (`copy_skill.py`); the
+teacher is the scripted reference policy (it searches with the question and answers with the title the result shows;
+a quarter of its answers wrong on purpose), run with the student's tokenizer; `asearcher sft-data` keeps its correct
+trajectories, `asearcher sft --cpu` trains the copying model on them with OpenRLHF's SFT trainer, and `asearcher train
+--cpu` continues with RL (real vLLM engines, OpenRLHF's DeepSpeed trainer, the streaming scheduler, our agent and KB
+server) on the RL questions: reward F1 with the recipe's format factor, a KL loss to the warm start.
 
 Every checkpoint is evaluated with `asearcher eval --hf-model` on the held-out questions: F1 Avg@k, searches per
 trajectory, the valid-action rate. Arms: (a) the SFT start; (b) after RL; (c) control: the same RL with the engines
@@ -181,7 +182,7 @@ def main() -> None:
     ap.add_argument("--model", default="runs/tiny-model")
     ap.add_argument("--port", type=int, default=5126)
     ap.add_argument("--teacher-k", type=int, default=2)
-    ap.add_argument("--sft-epochs", type=int, default=4)
+    ap.add_argument("--sft-epochs", type=int, default=8)
     ap.add_argument("--copy-steps", type=int, default=800, help="copy-skill steps before SFT (copy_skill.py)")
     ap.add_argument("--sft-batch", type=int, default=4, help="sequences per SFT update")
     ap.add_argument("--sft-lr", type=float, default=1e-3)

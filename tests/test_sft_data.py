@@ -87,6 +87,14 @@ def test_rejection_sampling_split_and_reasons(teacher_run, tmp_path):
     texts = (tmp_path / "all" / "train.jsonl").read_text().splitlines()
     assert len({json.dumps(json.loads(t)["input_ids"]) for t in texts}) == len(texts)
 
+    # the trajectories in the reverse order (the eval finishing them in another order) give the same file
+    reversed_run = tmp_path / "reversed"
+    reversed_run.mkdir()
+    lines = (run / "trajectories.jsonl").read_text().splitlines()
+    (reversed_run / "trajectories.jsonl").write_text("\n".join(reversed(lines)) + "\n")
+    sft_data.build([reversed_run], tmp_path / "all-reversed", min_reward=1.0, heldout=0.0)
+    assert (tmp_path / "all-reversed" / "train.jsonl").read_text().splitlines() == texts
+
 
 def test_bad_input_named(tmp_path, tokenizer):
     (tmp_path / "t.jsonl").write_text(json.dumps({"question": "q"}) + "\n")

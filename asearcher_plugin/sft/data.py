@@ -129,7 +129,10 @@ def select(
             sel.dropped[f"reward below {min_reward:g}"] += 1
         else:
             passing[c.question_id].append(c)
-    for group in passing.values():
+    # question by question: the dataset is the same whatever order the eval finished its trajectories in (an SFT run
+    # read in another order learnt the answer's copy or did not, measured)
+    for question_id in sorted(passing):
+        group = passing[question_id]
         group.sort(key=lambda c: (-c.reward, c.seed))
         cut = len(group) if best_of is None else best_of
         sel.kept += group[:cut]
