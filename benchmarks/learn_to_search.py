@@ -316,8 +316,9 @@ def publish_table(results: dict, args, sizes: dict[str, int]) -> None:
         f"{sizes['rl']} for RL only, {sizes['heldout']} held out ({args.eval_limit} held-out "
         f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; "
         f"copy skill: {args.copy_steps} steps; SFT: "
-        f"{args.sft_epochs} epochs, lr {args.sft_lr}; RL: {args.rl_prompts} questions, B=4 x n={args.n}, reward F1, "
-        f"lr {args.rl_lr}; seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
+        f"{args.sft_epochs} epochs, lr {args.sft_lr}; RL: {args.rl_prompts} questions, B=4 x n={args.n}, "
+        f"reward F1 x format, KL loss {args.rl_kl}, staleness {args.rl_staleness}, lr {args.rl_lr}; "
+        f"seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
     )
     header = ["arm", "held-out F1 Avg@k", "per seed", "searches / trajectory", "valid actions", "RL reward, last 4"]
     print(publish("learn_to_search", header, rows, note, {"args": vars(args), "results": results}))
