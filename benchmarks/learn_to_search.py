@@ -147,7 +147,7 @@ def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, loa
 
 def kl_sets(coef: float) -> list[str]:
     # without an anchor to the warm start the tiny policy drifted into invalid actions within 5-25 updates at lr
-    # 3e-4 to 1e-3 (measured, seed 1), and then no group had a reward to learn from
+    # 5e-4 to 1e-3 (measured, seed 1), and then no group had a reward to learn from; at 3e-4 it held, flat
     return ["openrlhf.algo.kl.use_loss=true", f"openrlhf.algo.kl.init_coef={coef}", "openrlhf.algo.kl.estimator=k3"]
 
 
@@ -204,7 +204,7 @@ def main() -> None:
 
     work = Path(args.work).resolve()
     # what an earlier invocation left is kept only if the same commit made it with the same settings (seeds aside:
-    # each seed has its own folders); a stale warm start once stood in for a new one here
+    # each seed has its own folders); before, any step's output found here was reused, whatever made it
     shape = {k: v for k, v in vars(args).items() if k not in ("seeds", "work", "port")}
     if claim(work, run_key(shape)):
         print(f"keeping what {work} holds: same commit and settings", flush=True)
