@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from asearcher_plugin.openrlhf.cpu import scripted  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
-from benchmarks.run_key import run_key  # noqa: E402
+from benchmarks.run_key import keep_result, kept_result, run_key  # noqa: E402
 
 TINY_POSITIONS = 8192  # the tiny model's max_position_embeddings
 
@@ -208,13 +208,14 @@ def main() -> None:
         results, key = {}, run_key(_measured(vars(args)))
         for name, overrides in modes(args).items():
             done = work / slug(name) / "result.json"
-            if done.exists() and not args.fresh and json.loads(done.read_text()).get("key") == key:
-                results[name] = json.loads(done.read_text())["result"]
+            kept = None if args.fresh else kept_result(done, key)
+            if kept is not None:
+                results[name] = kept
                 print(f"== {name}: kept from {done}", flush=True)
                 continue
             print(f"== {name}", flush=True)
             results[name] = run_mode(name, overrides, args, work, model, prompts, "http://127.0.0.1:5123")
-            done.write_text(json.dumps({"key": key, "args": vars(args), "result": results[name]}))
+            keep_result(done, key, results[name], args=vars(args))
             print(json.dumps(results[name]), flush=True)
     finally:
         server.terminate()

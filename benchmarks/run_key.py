@@ -32,3 +32,13 @@ def claim(work: Path, key: dict) -> bool:
     work.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(key) + "\n")
     return False
+
+
+def kept_result(path: Path, key: dict) -> dict | None:
+    """The result a run saved at `path` with `keep_result`, if it was made under `key`."""
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    return saved["result"] if saved.get("key") == key else None
+
+
+def keep_result(path: Path, key: dict, result: dict, **extra) -> None:
+    path.write_text(json.dumps({"key": key, **extra, "result": result}))

@@ -50,7 +50,7 @@ from asearcher_plugin.openrlhf.cpu.workload import draw_turns  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks import openrlhf_cpu, scheduler_sim  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
-from benchmarks.run_key import run_key  # noqa: E402
+from benchmarks.run_key import keep_result, kept_result, run_key  # noqa: E402
 
 WORKLOADS = {"32 turns": "local_7b_1node", "128 turns": "local_7b_long"}
 CAPACITY = 8  # concurrent full-speed decodes per engine (the module docstring says where it comes from)
@@ -169,9 +169,9 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
         for name in names:
             work = Path(args.work).resolve() / openrlhf_cpu.slug(workload) / cost / str(i)
             done = work / openrlhf_cpu.slug(name) / "result.json"
-            kept = json.loads(done.read_text()) if done.exists() else {}
-            if kept.get("key") == key:
-                results[name].append(kept["result"])
+            kept = kept_result(done, key)
+            if kept is not None:
+                results[name].append(kept)
                 print(f"== {workload}, {cost}, {name}, run {i + 1}: kept from {done}", flush=True)
                 continue
             print(f"== {workload}, {cost}, {name}, run {i + 1} of {args.repeats}", flush=True)
@@ -179,7 +179,7 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
             result = {"commit": key["commit"]} | openrlhf_cpu.run_mode(
                 name, overrides(configs[name], args), run_args, work, model, prompts, server_url
             )
-            done.write_text(json.dumps({"key": key, "result": result}))
+            keep_result(done, key, result)
             print(json.dumps(result), flush=True)
             results[name].append(result)
     return results
