@@ -156,8 +156,9 @@ def test_chat_template_applied_twice_is_refused():
 
 
 def test_argv_rendering():
-    flags = {"a.b": True, "c": False, "d": [0.0, 5.0], "e": 3, "f": None}
-    assert openrlhf_argv(flags) == ["--a.b", "--d", "0.0", "5.0", "--e", "3"]
+    flags = {"a.b": True, "c": False, "d": [0.0, 5.0], "e": 3, "f": None, "max_norm": 0}
+    # a zero is a value (max_norm 0 turns clipping off), not a flag left out
+    assert openrlhf_argv(flags) == ["--a.b", "--d", "0.0", "5.0", "--e", "3", "--max_norm", "0"]
     argv, config = build_command(BASE, ["agent.max_turns=16"])
     assert argv == Recipe.load(BASE, ["agent.max_turns=16"]).argv() and config.agent.max_turns == 16
 

@@ -111,11 +111,13 @@ def test_sft_recipe_section_and_refusals(tmp_path):
     recipe = tmp_path / "warm.yaml"
     recipe.write_text(
         "sft:\n  model.model_name_or_path: m\n  data.dataset: d/train.jsonl\n  ds.attn_implementation: sdpa\n"
+        "  adam.betas: [0.9, 0.999]\n  max_norm: 0\n"
         "openrlhf:\n  actor.model_name_or_path: out\n"
     )
     model = Recipe.load(recipe, ["sft.train.max_epochs=3"])
     argv = openrlhf_argv(model.sft)
     assert argv[-2:] == ["--train.max_epochs", "3"] and "--data.dataset" in argv
+    assert " ".join(argv).count("--adam.betas 0.9 0.999 --max_norm 0 ") == 1
     check_flags(argv, cpu=True)
     with pytest.raises(SFTRunError, match="--data.apply_chat_template"):
         check_flags([*argv, "--data.apply_chat_template"], cpu=True)
