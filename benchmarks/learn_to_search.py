@@ -342,7 +342,7 @@ def publish_table(results: dict, args, sizes: dict[str, int]) -> None:
         f"{sizes['rl']} for RL only, {sizes['heldout']} held out ({args.eval_limit} held-out "
         f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; "
         f"copy skill: {args.copy_steps} steps; SFT (one per seed, train_sft's seed = the seed): "
-        f"{args.sft_epochs} epochs, lr {args.sft_lr}, betas 0.9/0.999, no clipping, constant lr; "
+        f"{args.sft_epochs} epochs, lr {args.sft_lr}, {', '.join(f'{k} {v}' for k, v in SFT_OPTIMIZER.items())}; "
         f"RL: {args.rl_prompts} questions, B=4 x n={args.n}, "
         f"reward F1 x format, KL loss {args.rl_kl}, staleness {args.rl_staleness}, lr {args.rl_lr}; "
         f"seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
