@@ -6,7 +6,8 @@ recipe's 128) and each engine cost model (flat; capacity, see below):
 1. **Sweep, simulated** (benchmarks/scheduler_sim.py's fleet, in virtual time, seconds per configuration): every
    OpenRLHF configuration (`train.async_queue_size` 1, 2, 4 x `rollout.vllm_generate_batch_size` from B to all
    prompts of the episode x partial rollout on / off), with OpenRLHF 0.11.2's generate-batch, slot-token and lock
-   semantics, and the streaming scheduler, on the real chain's workload and timings. The best OpenRLHF configuration
+   semantics, and the streaming scheduler (at `--eta`, and at the looser bounds of `--sim-etas`), on the real
+   chain's workload and timings. The best OpenRLHF configuration
    is the one with the highest simulated throughput, whatever its staleness (reported beside it).
 2. **Real chain** (benchmarks/openrlhf_cpu.py's `run_mode`: `asearcher train cpu_tiny --cpu`, OpenRLHF's `train()`,
    real vLLM engines, OpenRLHF's DeepSpeed actor, our agent on the sample KB): streaming and that best OpenRLHF
@@ -64,13 +65,17 @@ def configurations(args) -> dict[str, dict]:
         name = f"OpenRLHF queue {queue}, generate {size}, partial {'on' if part else 'off'}"
         out[name] = {"queue": queue, "generate": size, "partial": part}
     out["streaming"] = {"streaming": True}
+    for eta in args.sim_etas:  # simulated only: what a looser staleness bound buys
+        if eta != args.eta:
+            out[f"streaming, eta {eta}"] = {"streaming": True, "eta": eta}
     return out
 
 
 def overrides(config: dict, args) -> list[str]:
     """The run's --set lines for a configuration."""
     if config.get("streaming"):
-        return [f"scheduler.max_concurrent={(args.eta + 1) * args.batch}"]
+        eta = config.get("eta", args.eta)
+        return [f"scheduler.max_concurrent={(eta + 1) * args.batch}", f"scheduler.max_staleness={eta}"]
     return [
         "scheduler.enable=false",
         f"openrlhf.train.async_queue_size={config['queue']}",
@@ -109,7 +114,7 @@ def simulate(args, max_turns: int, capacity: int | None, train_s: float) -> dict
     out = {}
     for name, config in configurations(args).items():
         if config.get("streaming"):
-            mode = partial(scheduler_sim.mode_streaming, eta=args.eta, on_stale="keep")
+            mode = partial(scheduler_sim.mode_streaming, eta=config.get("eta", args.eta), on_stale="keep")
         else:
             mode = partial(
                 scheduler_sim.mode_openrlhf,
@@ -269,6 +274,13 @@ def main() -> None:
         nargs=2,
         default=[6.0, 18.0],
         help="simulated training step at 32 and at 128 turns (the real chain's fit log: 4.6-9.5 s and ~18 s)",
+    )
+    ap.add_argument(
+        "--sim-etas",
+        type=int,
+        nargs="*",
+        default=[8, 11],
+        help="staleness bounds of the extra simulated streaming rows (11: the whole episode admitted at once)",
     )
     ap.add_argument("--sim-sync-s", type=float, default=1.0, help="simulated weight broadcast")
     ap.add_argument("--sim-turn-overhead-s", type=float, default=0.3, help="simulated real decode + KB search a turn")
