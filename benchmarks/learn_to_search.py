@@ -223,7 +223,12 @@ def main() -> None:
     ap.add_argument("--rl-set", action="append", default=[], help="more recipe overrides for the RL runs (KEY=VALUE)")
     ap.add_argument("--eval-k", type=int, default=2)
     ap.add_argument("--eval-limit", type=int, default=120, help="held-out questions evaluated")
-    ap.add_argument("--start-only", action="store_true", help="stop after evaluating each seed's SFT start (a)")
+    ap.add_argument(
+        "--start-only",
+        action="store_true",
+        help="stop after evaluating each seed's SFT start (a), with the unrelated KB too, and the model before SFT "
+        "(written to WORK/start_only.json)",
+    )
     args = ap.parse_args()
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
@@ -280,7 +285,10 @@ def main() -> None:
             start_eval = evaluate(sft_model, held, url, work / f"eval-a-seed{seed}", args.eval_k, args.eval_limit)
             print(f"(a) seed {seed}: SFT start {start_eval}", flush=True)
             results["runs"]["a"].append({"seed": seed, "eval": start_eval})
-            if args.start_only:
+            if args.start_only:  # the start against the same model before SFT, and against a KB that misleads it
+                wrong_eval = evaluate(sft_model, held, f"http://127.0.0.1:{args.port + 1}",
+                                      work / f"eval-a-unrelated-seed{seed}", args.eval_k, args.eval_limit)  # fmt: skip
+                results["runs"]["d"].append({"seed": seed, "eval": wrong_eval})
                 continue
 
             def arm_run(arm: str, load: bool, seed: int = seed, sft_model: Path = sft_model) -> dict:
@@ -300,6 +308,9 @@ def main() -> None:
             results["runs"]["d"].append({"seed": seed, "eval": d})
             print(f"(d) seed {seed}: {d}")
         if args.start_only:
+            results["copier"] = evaluate(copier, held, url, work / "eval-copier", args.eval_k, args.eval_limit)
+            (work / "start_only.json").write_text(json.dumps(results, indent=1) + "\n")
+            print(f"before SFT: {results['copier']}", flush=True)
             return
     finally:
         server.terminate()
