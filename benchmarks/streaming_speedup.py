@@ -7,8 +7,8 @@ recipe's 128) and each engine cost model (flat; capacity, see below):
    OpenRLHF configuration (`train.async_queue_size` 1, 2, 4 x `rollout.vllm_generate_batch_size` from B to all
    prompts of the episode x partial rollout on / off), with OpenRLHF 0.11.2's generate-batch, slot-token and lock
    semantics, and the streaming scheduler (at `--eta`, and at the looser bounds of `--sim-etas`), on the real
-   chain's workload and timings. The best OpenRLHF configuration
-   is the one with the highest simulated throughput, whatever its staleness (reported beside it).
+   chain's workload and timings. The best OpenRLHF configuration is the one with the highest simulated throughput,
+   whatever its staleness (reported beside it).
 2. **Real chain** (benchmarks/openrlhf_cpu.py's `run_mode`: `asearcher train cpu_tiny --cpu`, OpenRLHF's `train()`,
    real vLLM engines, OpenRLHF's DeepSpeed actor, our agent on the sample KB): streaming and that best OpenRLHF
    configuration, `--repeats` fresh runs each, alternating; a finished run is reused only when the commit and its
