@@ -221,7 +221,9 @@ def main() -> None:
     ap.add_argument("--rl-episodes", type=int, default=1, help="passes over the RL questions")
     ap.add_argument("--rl-kl", type=float, default=0.1, help="KL loss to the warm start (k3); 0 turns it off")
     ap.add_argument("--rl-staleness", type=int, default=1, help="scheduler.max_staleness of the RL runs")
-    ap.add_argument("--n", type=int, default=4, help="samples per prompt (group size)")
+    # groups of 8: held-out F1 +0.051 and +0.064 over the starts of seeds 1 and 2, where groups of 4 gave +0.053 and
+    # +0.000 (one run each, 120 questions x 2)
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt (group size)")
     ap.add_argument("--rl-set", action="append", default=[], help="more recipe overrides for the RL runs (KEY=VALUE)")
     ap.add_argument("--eval-k", type=int, default=2)
     ap.add_argument("--eval-limit", type=int, default=120, help="held-out questions evaluated")
