@@ -254,7 +254,7 @@ def main() -> None:
     sft_q, rl_q, held_q = sides["sft"], sides["rl"], sides["heldout"]
     for name, rows in (("train", sft_q), ("heldout", held_q), ("rl_prompts", rl_q[: args.rl_prompts])):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    url = f"http://127.0.0.1:{args.port}"
+    url, wrong_url = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
     server = start_server(kb, args.port, "bm25")
     wrong = unrelated_kb(url, args.port + 1)
     timings: dict[str, float] = {}
@@ -289,9 +289,9 @@ def main() -> None:
             start_eval = evaluate(sft_model, held, url, work / f"eval-a-seed{seed}", args.eval_k, args.eval_limit)
             print(f"(a) seed {seed}: SFT start {start_eval}", flush=True)
             results["runs"]["a"].append({"seed": seed, "eval": start_eval})
-            if args.start_only:  # the start against the same model before SFT, and against a KB that misleads it
-                wrong_eval = evaluate(sft_model, held, f"http://127.0.0.1:{args.port + 1}",
-                                      work / f"eval-a-unrelated-seed{seed}", args.eval_k, args.eval_limit)  # fmt: skip
+            if args.start_only:  # the start against a KB that misleads it (and, after the loop, the model before SFT)
+                wrong_eval = evaluate(sft_model, held, wrong_url, work / f"eval-a-unrelated-seed{seed}", args.eval_k,
+                                      args.eval_limit)  # fmt: skip
                 results["runs"]["d"].append({"seed": seed, "eval": wrong_eval})
                 continue
 
@@ -307,8 +307,8 @@ def main() -> None:
                 runs = {arm: pool.submit(arm_run, arm, load) for arm, load in (("b", True), ("c", False))}
                 for arm, run in runs.items():
                     results["runs"][arm].append(run.result())
-            d = evaluate(work / f"seed{seed}-rl" / "final", held, f"http://127.0.0.1:{args.port + 1}",
-                         work / f"eval-d-seed{seed}", args.eval_k, args.eval_limit)  # fmt: skip
+            d = evaluate(work / f"seed{seed}-rl" / "final", held, wrong_url, work / f"eval-d-seed{seed}", args.eval_k,
+                         args.eval_limit)  # fmt: skip
             results["runs"]["d"].append({"seed": seed, "eval": d})
             print(f"(d) seed {seed}: {d}")
         if args.start_only:
