@@ -165,16 +165,14 @@ def test_the_scripted_agent_file_loads_as_openrlhf_loads_it(monkeypatch):
 def test_the_cpu_weight_receiver_refuses_a_dtype_the_engine_does_not_hold():
     """OpenRLHF's `update_weight` asserts the trainer's dtype is the engine's; on GPUs an fp16 trainer against bf16
     engines fails there, so the CPU receiver must fail the same way (vLLM's loaders would cast silently)."""
-    import socket
     import types
 
     import torch
 
     from asearcher_plugin.openrlhf.cpu import vllm_transport
+    from tests.helpers import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     loaded = []
     worker = types.SimpleNamespace(
         model_config=types.SimpleNamespace(dtype=torch.bfloat16),

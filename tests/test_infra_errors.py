@@ -7,7 +7,6 @@ refusing the request (400, what a malformed request gets). A port where nothing 
 import asyncio
 import http.server
 import json
-import socket
 import threading
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.eval.runner import load_rows, run_eval
 from asearcher_plugin.tools import make_toolbox
-from tests.helpers import ScriptedEngine
+from tests.helpers import ScriptedEngine, free_port
 
 
 def serve(status: int) -> str:
@@ -41,9 +40,7 @@ def serve(status: int) -> str:
 
 
 def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def config(url: str) -> AgentConfig:

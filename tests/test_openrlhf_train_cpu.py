@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 pytest.importorskip("openrlhf")
 pytest.importorskip("deepspeed")
@@ -539,14 +541,6 @@ def test_the_policy_learns_what_the_engines_generate(tmp_path, tiny_model, kb_se
 OUTAGE_S = 12
 
 
-def loopback_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def outage_run(tmp: Path, tiny_model, kb_url: str, prompts: Path, *extra: str) -> subprocess.Popen:
     from benchmarks.train_outage import command
 
@@ -573,7 +567,7 @@ def test_a_kb_outage_mid_run_is_never_trained_on(tmp_path, tiny_model, sample_kb
 
     from local_retriever.server_process import start_server, wait_healthy
 
-    port = loopback_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_server(sample_kb, port, "bm25")
     wait_healthy(url, server)
@@ -610,7 +604,7 @@ def test_a_kb_outage_mid_run_is_never_trained_on(tmp_path, tiny_model, sample_kb
 
 @pytest.mark.timeout(900)
 def test_an_outage_longer_than_its_budget_stops_the_run(tmp_path, tiny_model, prompts):
-    dead = f"http://127.0.0.1:{loopback_port()}"  # nothing listens: every search fails for the infrastructure
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every search fails for the infrastructure
     proc = outage_run(
         tmp_path, tiny_model, dead, prompts, "agent.tools.local.check_on_start=false", "scheduler.outage_budget_s=5"
     )
