@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -36,7 +37,9 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
-    torch.set_num_threads(1)  # on a shared, busy CPU two threads per step were 13x slower than one (measured)
+    # one thread unless OMP_NUM_THREADS asks for more: on a shared, busy CPU two threads per step were 13x slower than
+    # one (measured); a machine that runs nothing else can give it both cores
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
