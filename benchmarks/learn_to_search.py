@@ -238,6 +238,8 @@ def main() -> None:
         "(written to WORK/start_only.json)",
     )
     args = ap.parse_args()
+    if args.rl_updates < 1 or 4 * args.n % args.rl_updates:
+        ap.error(f"--rl-updates {args.rl_updates} must divide a rollout batch's 4 x {args.n} samples")
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
