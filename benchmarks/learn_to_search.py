@@ -41,6 +41,7 @@ from benchmarks.search_task import learning_split, make_questions  # noqa: E402
 CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
 # What the agent shows of a result: the title the answer copies comes first, a short text keeps sequences short.
 MAX_DOC_CHARS = 200
+ROLLOUT_BATCH = 4  # prompts per rollout batch of the RL runs (B)
 AGENT = {"agent_type": "search-r1", "max_turns": 3, "max_new_tokens_per_turn": 96, "topk": 1}
 # train_sft's optimizer defaults (betas 0.9/0.95, clipping at 1, a cosine schedule with warm-up) left this small model
 # unable to copy the answer out of a result: on held-out teacher transcripts it reproduced the whole trajectory with
@@ -123,16 +124,17 @@ def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, loa
     final = out / "final"
     if not (final / "config.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
+        train_batch = ROLLOUT_BATCH * args.n // args.rl_updates
         sets = [
             *agent_sets(kb_url),
             f"openrlhf.actor.model_name_or_path={model}",
             f"openrlhf.data.prompt_dataset={prompts}",
             "openrlhf.data.max_len=2048",
-            "openrlhf.rollout.batch_size=4",
+            f"openrlhf.rollout.batch_size={ROLLOUT_BATCH}",
             f"openrlhf.rollout.n_samples_per_prompt={args.n}",
             "openrlhf.rollout.temperature=1.0",
-            f"openrlhf.train.batch_size={4 * args.n // args.rl_updates}",
-            f"openrlhf.train.micro_batch_size={min(2 * args.n, 4 * args.n // args.rl_updates)}",
+            f"openrlhf.train.batch_size={train_batch}",
+            f"openrlhf.train.micro_batch_size={min(2 * args.n, train_batch)}",
             f"openrlhf.rollout.micro_batch_size={2 * args.n}",
             f"openrlhf.train.num_episodes={args.rl_episodes}",
             f"openrlhf.train.seed={seed}",
@@ -238,8 +240,8 @@ def main() -> None:
         "(written to WORK/start_only.json)",
     )
     args = ap.parse_args()
-    if args.rl_updates < 1 or 4 * args.n % args.rl_updates:
-        ap.error(f"--rl-updates {args.rl_updates} must divide a rollout batch's 4 x {args.n} samples")
+    if args.rl_updates < 1 or ROLLOUT_BATCH * args.n % args.rl_updates:
+        ap.error(f"--rl-updates {args.rl_updates} must divide a rollout batch's {ROLLOUT_BATCH} x {args.n} samples")
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
@@ -365,8 +367,8 @@ def publish_table(results: dict, args, sizes: dict[str, int]) -> None:
         f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; "
         f"copy skill: {args.copy_steps} steps; SFT (one per seed, train_sft's seed = the seed): "
         f"{args.sft_epochs} epochs, lr {args.sft_lr}, {', '.join(f'{k} {v}' for k, v in SFT_OPTIMIZER.items())}; "
-        f"RL: {args.rl_prompts} questions x {args.rl_episodes} episodes, B=4 x n={args.n} ({args.rl_updates} "
-        f"optimizer steps per batch), "
+        f"RL: {args.rl_prompts} questions x {args.rl_episodes} episodes, B={ROLLOUT_BATCH} x n={args.n} "
+        f"({args.rl_updates} optimizer steps per batch), "
         f"reward F1 x format, KL loss {args.rl_kl}, staleness {args.rl_staleness}, lr {args.rl_lr}; "
         f"seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
     )

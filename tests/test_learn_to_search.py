@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +25,7 @@ pytestmark = pytest.mark.slow
 def two_free_ports() -> int:
     """A port p with p + 1 free too: the benchmark serves the KB on p and the unrelated KB on p + 1."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         try:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", port + 1))
