@@ -25,10 +25,14 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def publish(name: str, header: list[str], rows: list[list], note: str, payload: dict) -> str:
-    """Saves `benchmarks/results/NAME.json` and replaces the block marked `bench:NAME` in README.md and docs/."""
+def publish(
+    name: str, header: list[str], rows: list[list], note: str, payload: dict, script: str | None = None
+) -> str:
+    """Saves `benchmarks/results/NAME.json` and replaces the block marked `bench:NAME` in README.md and docs/;
+    `script` names the benchmark that made it when that is not NAME."""
     table = markdown_table(header, rows)
-    body = f"{table}\n\n{note} ({machine()}, {date.today().isoformat()}; `python benchmarks/{name}.py`)"
+    command = f"python benchmarks/{script or name}.py"
+    body = f"{table}\n\n{note} ({machine()}, {date.today().isoformat()}; `{command}`)"
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     (ROOT / "benchmarks" / "results" / f"{name}.json").write_text(
         json.dumps({**payload, "machine": machine()}, indent=2)

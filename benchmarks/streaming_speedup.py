@@ -13,6 +13,10 @@ recipe's 128) and each engine cost model (flat; capacity, see below):
    real vLLM engines, OpenRLHF's DeepSpeed actor, our agent on the sample KB): streaming and that best OpenRLHF
    configuration, `--repeats` fresh runs each, alternating; a finished run is reused only when the commit and its
    arguments match.
+3. **Bounds and run length, simulated**: two lower bounds per workload and cost model (no scheduler finishes
+   sooner; none that admits prompts in order under the staleness rule does), and a second table of the capacity
+   model over longer runs (`--sim-prompts`), where the end-of-run drain weighs less and a generate call of all the
+   prompts grows staler.
 
 Engine cost models (asearcher_plugin/openrlhf/cpu/workload.py `FullSizeDecode`; the simulator's `Fleet` is the same
 model): each turn stands for a full-size model's decode of `--turn-s` seconds. *Flat*: that time whatever the number
@@ -126,17 +130,32 @@ def simulate(args, max_turns: int, capacity: int | None, train_s: float) -> dict
         out[name] = {k: r[k] for k in ("seconds", "traj_per_s", "engine_idle", "staleness_max", "staleness_mean")}
     bound = lower_bound(args, data, capacity, train_s)
     out["lower bound"] = {"seconds": bound, "traj_per_s": len(data) * args.n / bound}
+    held = staleness_bound(args, data, train_s)
+    out["lower bound at eta"] = {"seconds": held, "traj_per_s": len(data) * args.n / held}
     return out
 
 
 def lower_bound(args, data: list, capacity: int | None, train_s: float) -> float:
     """Seconds no scheduler can beat on the simulated fleet with workload `data`: the engines' full-size decode
-    work at full capacity, the longest trajectory run alone at full speed, or the training steps back to back,
-    whichever is longest."""
+    work at full capacity followed by the update that trains the last of it, the longest trajectory run alone at
+    full speed and then trained, or the training steps back to back, whichever is longest."""
     turns = [len(t) for g in data for t in g]
-    engine_work = sum(turns) * args.turn_s / (args.engines * capacity) if capacity else 0.0
+    engine_work = sum(turns) * args.turn_s / (args.engines * capacity) + train_s if capacity else 0.0
     critical = max(turns) * (args.turn_s + args.sim_turn_overhead_s) + train_s
     return max(engine_work, critical, len(data) // args.batch * train_s)
+
+
+def staleness_bound(args, data: list, train_s: float) -> float:
+    """Seconds no scheduler finishes sooner if it admits the prompts in order under AReaL's staleness rule (at
+    most (eta + v + 1) x B groups admitted while the policy is at version v), as the streaming scheduler does:
+    group g waits for version g // B - eta, each version takes at least a training step and a weight broadcast,
+    then its longest trajectory runs alone at full speed and its batch is trained."""
+    per_version = train_s + args.sim_sync_s
+    per_turn = args.turn_s + args.sim_turn_overhead_s
+    return train_s + max(
+        max(0, g // args.batch - args.eta) * per_version + max(len(t) for t in group) * per_turn
+        for g, group in enumerate(data)
+    )
 
 
 def best_openrlhf(sim: dict[str, dict], stalest: float | None = None) -> str:
@@ -144,6 +163,61 @@ def best_openrlhf(sim: dict[str, dict], stalest: float | None = None) -> str:
     `stalest` if given."""
     names = [n for n in sim if n.startswith("OpenRLHF") and (stalest is None or sim[n]["staleness_mean"] <= stalest)]
     return max(names, key=lambda n: sim[n]["traj_per_s"])
+
+
+def run_length(args, workloads: list[str]) -> tuple[list[str], list[list], dict]:
+    """Simulated only, capacity model: the same comparison over runs of `args.prompts` and each of
+    `args.sim_prompts` prompts (one pass over them), the swept generate batch reaching all of them. The one-episode
+    run is what the real chain affords; a training run is longer, and what changes with its length is what an
+    end-of-run drain costs and how stale a generate call of all the prompts is."""
+    header = [
+        "workload",
+        "prompts (updates)",
+        "streaming span s",
+        "streaming max / mean staleness",
+        "best OpenRLHF: configuration, span s, max / mean staleness",
+        "streaming vs best",
+        "best OpenRLHF as fresh as streaming: configuration, span s",
+        "streaming vs it",
+        "lower bound vs best",
+        "lower bound at eta vs best",
+    ]
+    out, payload = [], {}
+    for workload, prompts in itertools.product(workloads, [args.prompts, *args.sim_prompts]):
+        run = argparse.Namespace(**{**vars(args), "prompts": prompts})
+        max_turns = Recipe.load(WORKLOADS[workload]).agent.max_turns
+        train_s = dict(zip(WORKLOADS, args.sim_train_s))[workload]
+        sim = simulate(run, max_turns, CAPACITY, train_s)
+        payload[f"{workload} / {prompts}"] = sim
+        s = sim["streaming"]
+        best = best_openrlhf(sim)
+        fresh = best_openrlhf(sim, stalest=s["staleness_mean"])
+        b, f = sim[best], sim[fresh]
+        out.append(
+            [
+                workload,
+                f"{prompts} ({prompts // args.batch})",
+                f"{s['seconds']:.0f}",
+                f"{s['staleness_max']} / {s['staleness_mean']:.2f}",
+                f"{best.removeprefix('OpenRLHF ')}, {b['seconds']:.0f}, "
+                f"{b['staleness_max']} / {b['staleness_mean']:.2f}",
+                f"{b['seconds'] / s['seconds']:.2f}x",
+                f"{fresh.removeprefix('OpenRLHF ')}, {f['seconds']:.0f}",
+                f"{f['seconds'] / s['seconds']:.2f}x",
+                f"{b['seconds'] / sim['lower bound']['seconds']:.2f}x",
+                f"{b['seconds'] / sim['lower bound at eta']['seconds']:.2f}x",
+            ]
+        )
+    return header, out, payload
+
+
+def run_length_note(args) -> str:
+    return (
+        f"simulated, capacity model ({CAPACITY} full-speed decodes per engine), the workloads and timings of the "
+        f"table above, B={args.batch} x n={args.n}, eta={args.eta}; one pass over the prompts, OpenRLHF's "
+        "generate batch swept over B, 2B, (eta + 1) x B and all the prompts. Lower bound vs best: how much faster "
+        "than the best OpenRLHF configuration any scheduler could be on the simulated fleet"
+    )
 
 
 # --- 2. the real chain, repeated ----------------------------------------------------------------------------------
@@ -211,20 +285,30 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def rows(sims: dict, reals: dict) -> list[list]:
+def rows(sims: dict, reals: dict, args) -> list[list]:
     out = []
     for (workload, cost), sim in sims.items():
         best = best_openrlhf(sim)
         fresh = best_openrlhf(sim, stalest=sim["streaming"]["staleness_mean"])
         marks = {
             "lower bound": ": no scheduler finishes sooner",
+            "lower bound at eta": f" {args.eta}: no scheduler admitting in order under the staleness rule "
+            "finishes sooner",
             fresh: " (best OpenRLHF as fresh as streaming)",
             best: " (best OpenRLHF, as fresh as streaming)" if best == fresh else " (best OpenRLHF)",
         }
         real = reals.get((workload, cost), {})
         best_real = statistics.median(r["span_s"] for r in real[best]) if real.get(best) else None
         order = sorted(
-            sim, key=lambda n: (n != "lower bound", n != "streaming", n != best, n != fresh, -sim[n]["traj_per_s"])
+            sim,
+            key=lambda n: (
+                n != "lower bound",
+                n != "lower bound at eta",
+                n != "streaming",
+                n != best,
+                n != fresh,
+                -sim[n]["traj_per_s"],
+            ),
         )
         for name in order:
             s, runs = sim[name], real.get(name, [])
@@ -282,6 +366,13 @@ def main() -> None:
         default=[8, 11],
         help="staleness bounds of the extra simulated streaming rows (11: the whole episode admitted at once)",
     )
+    ap.add_argument(
+        "--sim-prompts",
+        type=int,
+        nargs="*",
+        default=[96, 192],
+        help="longer runs, simulated under the capacity model for the run-length table",
+    )
     ap.add_argument("--sim-sync-s", type=float, default=1.0, help="simulated weight broadcast")
     ap.add_argument("--sim-turn-overhead-s", type=float, default=0.3, help="simulated real decode + KB search a turn")
     ap.add_argument("--sim-tok-s", type=float, default=0.01, help="simulated seconds a token (sets the granularity)")
@@ -316,7 +407,11 @@ def main() -> None:
         "sims": {" / ".join(k): v for k, v in sims.items()},
         "reals": {" / ".join(k): v for k, v in reals.items()},
     }
-    print(publish("streaming_speedup", HEADER, rows(sims, reals), note(args, reals), payload))
+    print(publish("streaming_speedup", HEADER, rows(sims, reals, args), note(args, reals), payload))
+    header, table, length = run_length(args, args.workloads)
+    print(
+        publish("streaming_speedup_length", header, table, run_length_note(args), length, script="streaming_speedup")
+    )
 
 
 def run_chain(args, sims: dict) -> dict:
