@@ -450,8 +450,11 @@ def note(args, reals: dict) -> str:
         "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
         "Staleness: policy versions between a group's admission (OpenRLHF: its generate call) and the update "
         "that trains it (OpenRLHF's generator records no versions on the real chain: simulated only). Lower bound: "
-        "the longest of the engines' full-size decode work at full capacity, the longest trajectory alone at full "
-        "speed, and the training steps back to back; no scheduler finishes sooner on the simulated fleet."
+        "the longest of the engines' full-size decode work at full capacity and the update after it, the longest "
+        "trajectory alone at full speed and its update, and the training steps back to back; no scheduler finishes "
+        "sooner on the simulated fleet. Lower bound at eta: each group admitted no sooner than the staleness rule "
+        "allows (a version costs a training step and a broadcast), then its longest trajectory at full speed and its "
+        "update."
     )
 
 
