@@ -101,6 +101,8 @@ setup(
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
             *DOCS,  # scripts/test.sh: the documentation site, built with --strict
             "mcp==2.3.0",  # tests/test_tool_calls.py: a stdio MCP server the test starts
+            "aiotools>=1.7",  # tests/test_speedup_bounds.py: the scheduler simulator's virtual clock
+            "psutil>=5.9",  # tests/test_faults.py: the KB server's memory
         ],
         "docs": DOCS,
         # tools.mcp: an MCP server's tools offered to agent_type tool-calls (asearcher_plugin/tools/mcp_tools.py)

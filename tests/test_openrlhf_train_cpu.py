@@ -174,11 +174,12 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
 
 
-# A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-12 turns a trajectory, the
+# A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-14 turns a trajectory, the
 # few long ones still running when the short ones of later admissions have been trained, so their early turns are
-# more than eta versions behind the update that trains them.
+# more than eta versions behind the update that trains them. Two seconds a turn: with one, a 14-turn trajectory
+# begun at version 0 was trained at version 3 on one machine (stale by one version) and earlier on a slower one.
 MASK_ETA = 2
-MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "tokens_per_turn": 4, "turn_seconds": 1.0}
+MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "tokens_per_turn": 4, "turn_seconds": 2.0}
 
 
 def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server, learning_prompts):

@@ -38,6 +38,19 @@ def on_cpu(actor_class, *mixins):
     return ray.remote(num_gpus=1)(cls)
 
 
+def in_float32(actor_class):
+    """OpenRLHF's `RolloutRayActor` (`actor_class`), re-decorated to start its vLLM engine in float32, the dtype the
+    harness trains in (`precision`)."""
+    from .precision import engine_kwargs
+
+    base = original_class(actor_class)
+
+    async def __init__(self, *args, **kwargs):
+        await base.__init__(self, *args, **engine_kwargs(kwargs))
+
+    return ray.remote(type(base.__name__, (base,), {"__init__": __init__, "__module__": __name__}))
+
+
 def info_values(value) -> list | None:
     """An experience's info entry as a flat list: a tensor, or (after OpenRLHF's `make_experience_batch`, which
     balancing across ranks calls) a list of one 0-d tensor per sample; None for anything else."""
