@@ -253,3 +253,31 @@ def test_the_full_size_decode_sees_the_pause_of_the_vllm_engine_inside_openrlhfs
     actor.llm.paused = False
     assert asyncio.run(FullSizeDecode(actor, 2)._paused()) is False
     assert asyncio.run(FullSizeDecode(AsyncLLM(True), None)._paused()) is True
+
+
+def test_the_harness_trains_and_decodes_in_float32_where_openrlhf_asks_for_bf16(monkeypatch):
+    """bf16 is emulated on CPUs without bf16 units (an order of magnitude slower there): OpenRLHF's dtype conversion and
+    DeepSpeed configs turn float32 for bf16, fp16 stays fp16, and the engines start in the trainer's dtype."""
+    pytest.importorskip("openrlhf")
+    import torch
+    from openrlhf.utils import utils
+    from openrlhf.utils.deepspeed import deepspeed as strategy
+    from openrlhf.utils.deepspeed import deepspeed_utils
+
+    from asearcher_plugin.openrlhf.cpu import precision
+
+    for module, name in [(utils, "convert_to_torch_dtype")] + [
+        (m, f"get_{kind}_ds_config") for m in (deepspeed_utils, strategy) for kind in ("train", "eval")
+    ]:
+        monkeypatch.setattr(module, name, getattr(module, name))  # put back after the test
+    precision.train_in_fp32()
+    precision.train_in_fp32()  # a second install changes nothing
+    assert utils.convert_to_torch_dtype("bf16") is torch.float32
+    assert utils.convert_to_torch_dtype("fp16") is torch.float16
+    for config in (
+        strategy.get_train_ds_config(offload=False, param_dtype="bf16"),
+        strategy.get_eval_ds_config(offload=False, param_dtype="bf16"),
+    ):
+        assert (config["bf16"]["enabled"], config["fp16"]["enabled"]) == (False, False)
+    assert strategy.get_train_ds_config(offload=False, param_dtype="fp16")["fp16"]["enabled"]
+    assert precision.engine_kwargs({"dtype": "bfloat16", "seed": 1}) == {"dtype": "float32", "seed": 1}

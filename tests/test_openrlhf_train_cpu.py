@@ -172,6 +172,7 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     assert (async_run / "final" / "config.json").is_file()
     log = (async_run / "train.log").read_text()
     assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
+    assert "dtype=torch.float32" in log and "dtype=torch.bfloat16" not in log  # vLLM's engine, as the trainer
 
 
 # A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-14 turns a trajectory, the
