@@ -322,6 +322,11 @@ class CpuHarnessConfig(_Strict):
     skip_weight_load: bool = Field(
         False, description="engines receive every weight broadcast and keep their weights (a learning control)"
     )
+    bf16: bool = Field(
+        False,
+        description="train and decode in bf16, as OpenRLHF asks; by default the harness computes in float32 "
+        "(asearcher_plugin/openrlhf/cpu/precision.py: bf16 is emulated on CPUs without bf16 units)",
+    )
 
 
 class RunConfig(_Strict):

@@ -147,6 +147,7 @@ def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, loa
             f"openrlhf.ckpt.path={out / 'ckpt'}",
             f"openrlhf.ckpt.output_dir={final}",
             f"cpu_harness.skip_weight_load={str(not load).lower()}",
+            "cpu_harness.bf16=true",  # as its published runs trained (the harness's default is float32)
             f"scheduler.max_staleness={args.rl_staleness}",
             *(kl_sets(args.rl_kl) if args.rl_kl > 0 else []),
             *args.rl_set,

@@ -256,8 +256,8 @@ def test_the_full_size_decode_sees_the_pause_of_the_vllm_engine_inside_openrlhfs
 
 
 def test_the_harness_trains_and_decodes_in_float32_where_openrlhf_asks_for_bf16(monkeypatch):
-    """bf16 is emulated on CPUs without bf16 units (an order of magnitude slower there): OpenRLHF's dtype conversion and
-    DeepSpeed configs turn float32 for bf16, fp16 stays fp16, and the engines start in the trainer's dtype."""
+    """bf16 is emulated on CPUs without bf16 units (an order of magnitude slower there): OpenRLHF's dtype conversion
+    and DeepSpeed configs turn float32 for bf16, fp16 stays fp16, and the engines start in the trainer's dtype."""
     pytest.importorskip("openrlhf")
     import torch
     from openrlhf.utils import utils

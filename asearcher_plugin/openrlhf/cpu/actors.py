@@ -30,8 +30,12 @@ def on_cpu(actor_class, *mixins):
 
     def __init__(self, *args, **kwargs):
         from .device_shims import install
+        from .precision import train_in_fp32
+        from .switches import switches
 
         install(type(self))
+        if not switches().bf16:
+            train_in_fp32()
         base.__init__(self, *args, **kwargs)
 
     cls = type(base.__name__, (*mixins, base), {"__init__": __init__, "__module__": __name__})
@@ -40,13 +44,14 @@ def on_cpu(actor_class, *mixins):
 
 def in_float32(actor_class):
     """OpenRLHF's `RolloutRayActor` (`actor_class`), re-decorated to start its vLLM engine in float32, the dtype the
-    harness trains in (`precision`)."""
-    from .precision import engine_kwargs
-
+    harness trains in (`precision`), unless the run asks for bf16 (`cpu_harness.bf16`)."""
     base = original_class(actor_class)
 
     async def __init__(self, *args, **kwargs):
-        await base.__init__(self, *args, **engine_kwargs(kwargs))
+        from .precision import engine_kwargs
+        from .switches import switches
+
+        await base.__init__(self, *args, **(kwargs if switches().bf16 else engine_kwargs(kwargs)))
 
     return ray.remote(type(base.__name__, (base,), {"__init__": __init__, "__module__": __name__}))
 

@@ -11,7 +11,6 @@ redirected in the modules that call it, not in torch itself:
 | `init_device_mesh("cuda", ...)` in `DeepspeedStrategy.setup_distributed` | the same mesh on `"cpu"` (gloo) | same |
 | `torch_dist_barrier_and_cuda_sync` in `ppo_actor` and `DeepspeedStrategy` | the barrier alone | same |
 | `stateless_init_process_group` (PyNccl) in `_init_vllm_sync_group` | `vllm_transport` gloo group | NCCL needs CUDA |
-| `convert_to_torch_dtype("bf16")`, DeepSpeed's bf16 config | float32, DeepSpeed's fp32 | see `precision` |
 
 The modules: `openrlhf.trainer.ray.launcher`, `.ppo_actor`, `openrlhf.trainer.ppo_utils.replay_buffer`,
 `openrlhf.utils.deepspeed.deepspeed` and `.deepspeed_utils`. Everything else they do, and every other module, sees
@@ -81,7 +80,6 @@ def install(actor_class: type | None = None) -> None:
         from openrlhf.trainer.ray import ppo_actor
         from openrlhf.utils.deepspeed import deepspeed as ds_strategy
 
-        from .precision import train_in_fp32
         from .vllm_transport import stateless_init_process_group
 
         real_mesh = ds_strategy.init_device_mesh
@@ -93,7 +91,6 @@ def install(actor_class: type | None = None) -> None:
             _replace(vars(importlib.import_module(name)))
         ds_strategy.init_device_mesh = init_device_mesh
         ppo_actor.stateless_init_process_group = stateless_init_process_group
-        train_in_fp32()
         install.done = True
     for cls in actor_class.__mro__ if actor_class else ():
         for value in vars(cls).values():

@@ -4,8 +4,11 @@ OpenRLHF offers bf16 or fp16 only and starts every engine with dtype bfloat16. A
 only, such as the AMD EPYC machines CI has run on) emulates bf16 matrix products: the tiny model's `lm_head`
 forward and backward over 2,800 tokens took 15x as long as in float32 on one (2.7 s against 0.18 s; `python -m
 asearcher_plugin.openrlhf.cpu.precision` measures it), and OpenRLHF's updates there took 7-106 s. The harness
-computes in float32 on both sides instead, on every machine, so results do not depend on which CPU ran them. The weight
-broadcast still checks that the trainer's dtype is the engines' (`vllm_transport.update_weight`).
+computes in float32 on both sides instead, on every machine, so results do not depend on which CPU ran them; a run
+may keep bf16 with `cpu_harness.bf16` (the learning benchmark does: its figures were measured so). The weight
+broadcast still checks that the trainer's dtype is the engines' (`vllm_transport.update_weight`). `asearcher sft
+--cpu` keeps the `--ds.param_dtype` it is given: precision changes what SFT learns (one warm start scored held-out F1
+0.18 in bf16 and 0.01 in float32, the same settings).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ ENGINE_DTYPE = "float32"
 
 
 def train_in_fp32() -> None:
-    """In a trainer process, before OpenRLHF builds a model: `bf16` means float32 weights and a DeepSpeed config with
-    neither bf16 nor fp16 (its fp32 path); fp16 stays as asked."""
+    """In a trainer actor's process (`actors.on_cpu`), before OpenRLHF builds a model: `bf16` means float32 weights
+    and a DeepSpeed config with neither bf16 nor fp16 (its fp32 path); fp16 stays as asked."""
     import torch
     from openrlhf.utils import utils
     from openrlhf.utils.deepspeed import deepspeed as strategy
