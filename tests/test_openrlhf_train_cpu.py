@@ -452,8 +452,10 @@ def test_synchronous_trainer_with_our_agent(tmp_path, tiny_model, kb_server, pro
         "openrlhf.train.async_enable=false",
         "openrlhf.train.partial_rollout_enable=false",
         "openrlhf.algo.kl.init_coef=0.01",  # OpenRLHF creates the reference actor only for a KL term
+        "cpu_harness.bf16=true",  # OpenRLHF's own precision, DeepSpeed's bf16 path (the harness's default: float32)
     )
     assert "without the streaming scheduler" in proc.stderr
+    assert "dtype=torch.bfloat16" in proc.stdout + proc.stderr  # vLLM's engine; the trainer's must match to sync
     assert "(ReferenceModelActor pid=" in proc.stdout + proc.stderr  # OpenRLHF's own, on DeepSpeed's CPU accelerator
     fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
     assert len(fits) == N_PROMPTS // BATCH
