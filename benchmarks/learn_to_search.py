@@ -170,7 +170,8 @@ def warm_start(work: Path, copier: Path, seed: int, args) -> Path:
             **{"train.micro_batch_size": args.sft_batch, "train.max_epochs": args.sft_epochs, "train.seed": seed},
             **{"adam.lr": args.sft_lr, **SFT_OPTIMIZER},
         )
-        sh([*CLI, "sft", str(recipe), "--cpu"], work / f"seed{seed}-sft.log")
+        sft = [*CLI, "sft", str(recipe), "--cpu", *(["--cpu-float32"] if args.sft_float32 else [])]
+        sh(sft, work / f"seed{seed}-sft.log")
     return sft_model
 
 
@@ -215,6 +216,9 @@ def main() -> None:
     ap.add_argument("--sft-epochs", type=int, default=12)
     ap.add_argument("--copy-steps", type=int, default=800, help="copy-skill steps before SFT (copy_skill.py)")
     ap.add_argument("--sft-batch", type=int, default=4, help="sequences per SFT update")
+    ap.add_argument(
+        "--sft-float32", action="store_true", help="SFT in float32 (`asearcher sft --cpu-float32`); default bf16"
+    )
     ap.add_argument("--sft-lr", type=float, default=5e-4)
     ap.add_argument("--rl-prompts", type=int, default=232, help="RL questions (steps of 4); the RL side holds 233")
     ap.add_argument("--rl-share", type=float, default=0.4, help="share of the training articles kept for RL only")
@@ -367,7 +371,8 @@ def publish_table(results: dict, args, sizes: dict[str, int]) -> None:
         f"{sizes['rl']} for RL only, {sizes['heldout']} held out ({args.eval_limit} held-out "
         f"evaluated x k={args.eval_k}, temperature 1); teacher: scripted reference policy x {args.teacher_k}; "
         f"copy skill: {args.copy_steps} steps; SFT (one per seed, train_sft's seed = the seed): "
-        f"{args.sft_epochs} epochs, lr {args.sft_lr}, {', '.join(f'{k} {v}' for k, v in SFT_OPTIMIZER.items())}; "
+        f"{args.sft_epochs} epochs, {'float32' if args.sft_float32 else 'bf16'}, lr {args.sft_lr}, "
+        f"{', '.join(f'{k} {v}' for k, v in SFT_OPTIMIZER.items())}; "
         f"RL: {args.rl_prompts} questions x {args.rl_episodes} episodes, B={ROLLOUT_BATCH} x n={args.n} "
         f"({args.rl_updates} optimizer steps per batch), "
         f"reward F1 x format, KL loss {args.rl_kl}, staleness {args.rl_staleness}, lr {args.rl_lr}; "

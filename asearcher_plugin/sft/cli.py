@@ -40,6 +40,11 @@ def sft(
     cpu: bool = typer.Option(
         False, help="in this process on DeepSpeed's CPU accelerator, CUDA calls redirected (as `train --cpu`)"
     ),
+    cpu_float32: bool = typer.Option(
+        False,
+        help="with --cpu: compute in float32 where OpenRLHF asks for bf16 (a CPU without bf16 units emulates bf16, "
+        "an order of magnitude slower); what a small model learns may differ",
+    ),
     print_cmd: bool = typer.Option(False, help="print the command (`deepspeed --module ...` on GPUs) and exit"),
 ):
     """OpenRLHF 0.11.2's own SFT trainer on an `asearcher sft-data` dataset (its ids and masks as they are); the
@@ -63,10 +68,11 @@ def sft(
     argv = openrlhf_argv(model.sft)
     if print_cmd:
         launcher = [sys.executable, "-m"] if cpu else ["deepspeed", "--module"]
-        typer.echo(shlex.join([*launcher, "asearcher_plugin.sft.train", *argv, *(["--cpu"] if cpu else [])]))
+        flags = [*(["--cpu"] if cpu else []), *(["--cpu-float32"] if cpu and cpu_float32 else [])]
+        typer.echo(shlex.join([*launcher, "asearcher_plugin.sft.train", *argv, *flags]))
         return
     try:
-        run(argv, cpu=cpu)
+        run(argv, cpu=cpu, float32=cpu_float32)
     except SFTRunError as exc:
         typer.echo(f"error: {model.source}: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -18,6 +18,7 @@ import sys
 from .dataset import TokenSFTDataset, read_rows
 
 CPU_FLAG = "--cpu"
+FLOAT32_FLAG = "--cpu-float32"
 
 
 class SFTRunError(ValueError):
@@ -82,11 +83,19 @@ def use_cpu() -> None:
     install()
 
 
-def run(argv: list[str], cpu: bool = False) -> None:
-    """OpenRLHF's `train_sft` command with `argv`, as `python -m openrlhf.cli.train_sft` would run it."""
+def run(argv: list[str], cpu: bool = False, float32: bool = False) -> None:
+    """OpenRLHF's `train_sft` command with `argv`, as `python -m openrlhf.cli.train_sft` would run it.
+
+    `float32` (with `cpu`): bf16 computes in float32 (`asearcher_plugin/openrlhf/cpu/precision.py`)."""
     check_flags(argv, cpu)
+    if float32 and not cpu:
+        raise SFTRunError(f"{FLOAT32_FLAG} needs --cpu")
     if cpu:
         use_cpu()
+    if float32:
+        from asearcher_plugin.openrlhf.cpu.precision import train_in_fp32
+
+        train_in_fp32()
     install_token_dataset()
     saved = sys.argv
     sys.argv = ["openrlhf.cli.train_sft", *argv]
@@ -98,9 +107,9 @@ def run(argv: list[str], cpu: bool = False) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    cpu = CPU_FLAG in argv
+    cpu, float32 = CPU_FLAG in argv, FLOAT32_FLAG in argv
     try:
-        run([a for a in argv if a != CPU_FLAG], cpu=cpu)
+        run([a for a in argv if a not in (CPU_FLAG, FLOAT32_FLAG)], cpu=cpu, float32=float32)
     except SFTRunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
