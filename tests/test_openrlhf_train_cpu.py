@@ -173,6 +173,7 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     log = (async_run / "train.log").read_text()
     assert "StreamingGenerateSamplesActor" in log and "Global step 6" in log
     assert "dtype=torch.float32" in log and "dtype=torch.bfloat16" not in log  # vLLM's engine, as the trainer
+    assert "(EngineCore pid=" in log and "(Worker pid=" not in log  # the worker in the engine-core process
 
 
 # A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-14 turns a trajectory, the

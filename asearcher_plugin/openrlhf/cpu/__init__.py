@@ -10,7 +10,8 @@ the narrowest point, only what needs CUDA:
 | `torch.cuda.*` and `torch.device("cuda:N")` as five OpenRLHF trainer modules see them (`device_shims`) | the CPU: device `"cpu"`, no streams, nothing to synchronise | CPU torch raises on each |
 | `init_device_mesh("cuda", ...)` in `DeepspeedStrategy` (`device_shims`) | the same mesh on `"cpu"` | same |
 | NCCL weight broadcast: `stateless_init_process_group` (PyNccl) on both ends, the `device="cuda"` receive buffer in `WorkerWrap.update_weight` (`vllm_transport`) | a gloo group with the same `broadcast` call, a CPU buffer; vLLM's `load_weights` as before | NCCL needs CUDA |
-| bf16: the trainer's weights and DeepSpeed config (`precision`, in `actors.on_cpu`), `dtype="bfloat16"` of the engines `create_vllm_engines` starts (`actors.in_float32`) | float32 on both sides | a CPU without bf16 units emulates bf16 matrix products, 15x slower than float32 on CI's |
+| bf16: the trainer's weights and DeepSpeed config (`precision`, in `actors.on_cpu`), `dtype="bfloat16"` of the engines `create_vllm_engines` starts (`actors.engine_on_cpu`) | float32 on both sides | a CPU without bf16 units emulates bf16 matrix products, 15x slower than float32 on CI's |
+| vLLM's CPU platform turning the engines' `"uni"` executor into `"mp"` (`actors.engine_on_cpu`: `VLLM_ENABLE_V1_MULTIPROCESSING=0` in the engine actor) | the worker in the engine-core process, as OpenRLHF asks and as on a GPU | the extra worker process imports vLLM again: ~25 s more a run on 2 cores |
 | vLLM's CPU GEMM dispatch in the engines (`vllm_transport`) | vLLM's own plain fallback (`F.linear` on the live weight) | with oneDNN/AMX kernels vLLM packs each weight and drops its `weight_loader`: weight updates fail |
 | `flash_attn` (`stand_ins/flash_attn`) | an import-only package | `openrlhf.models` imports it at module level; it is only called with ring attention, which the harness refuses |
 
@@ -73,11 +74,11 @@ def activate() -> dict:
     check_installed()
     from openrlhf.trainer.ray import launcher, ppo_actor, vllm_engine
 
-    from .actors import FitLog, in_float32, on_cpu
+    from .actors import FitLog, engine_on_cpu, on_cpu
 
     ppo_actor.PolicyModelActor = on_cpu(ppo_actor.PolicyModelActor, FitLog)
     launcher.ReferenceModelActor = on_cpu(launcher.ReferenceModelActor)
-    vllm_engine.RolloutRayActor = in_float32(vllm_engine.RolloutRayActor)
+    vllm_engine.RolloutRayActor = engine_on_cpu(vllm_engine.RolloutRayActor)
     return dict(RAY_RESOURCES)
 
 

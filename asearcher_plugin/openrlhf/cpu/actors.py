@@ -24,6 +24,14 @@ def original_class(actor_class):
     return actor_class.__ray_metadata__.modified_class.__ray_actor_class__
 
 
+def redecorated(actor_class, __init__, *mixins, **remote_options):
+    """`actor_class` (a Ray actor class of OpenRLHF's) under `@ray.remote(**remote_options)` again, with `__init__`
+    (which calls the original's) and `mixins` in front of it."""
+    base = original_class(actor_class)
+    cls = type(base.__name__, (*mixins, base), {"__init__": __init__, "__module__": __name__})
+    return ray.remote(**remote_options)(cls) if remote_options else ray.remote(cls)
+
+
 def on_cpu(actor_class, *mixins):
     """`actor_class` (a Ray actor class of OpenRLHF's) re-decorated, with the shims installed first in its process."""
     base = original_class(actor_class)
@@ -38,22 +46,31 @@ def on_cpu(actor_class, *mixins):
             train_in_fp32()
         base.__init__(self, *args, **kwargs)
 
-    cls = type(base.__name__, (*mixins, base), {"__init__": __init__, "__module__": __name__})
-    return ray.remote(num_gpus=1)(cls)
+    return redecorated(actor_class, __init__, *mixins, num_gpus=1)
 
 
-def in_float32(actor_class):
-    """OpenRLHF's `RolloutRayActor` (`actor_class`), re-decorated to start its vLLM engine in float32, the dtype the
-    harness trains in (`precision`), unless the run asks for bf16 (`cpu_harness.bf16`)."""
+# vLLM's CPU platform turns the engine's "uni" executor (what OpenRLHF asks for with one GPU per engine) into "mp",
+# a further process for the worker that imports vLLM again (~25 s more a run on 2 cores). Off, the worker
+# runs in the engine-core process, as on a GPU; AsyncLLM keeps its engine-core process either way.
+ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def engine_on_cpu(actor_class):
+    """OpenRLHF's `RolloutRayActor` (`actor_class`), re-decorated to start its vLLM engine with the worker in the
+    engine-core process (`ENGINE_ENV`) and in float32, the dtype the harness trains in (`precision`), unless the run
+    asks for bf16 (`cpu_harness.bf16`)."""
     base = original_class(actor_class)
 
     async def __init__(self, *args, **kwargs):
+        import os
+
         from .precision import engine_kwargs
         from .switches import switches
 
+        os.environ.update(ENGINE_ENV)
         await base.__init__(self, *args, **(kwargs if switches().bf16 else engine_kwargs(kwargs)))
 
-    return ray.remote(type(base.__name__, (base,), {"__init__": __init__, "__module__": __name__}))
+    return redecorated(actor_class, __init__)
 
 
 def info_values(value) -> list | None:
