@@ -9,6 +9,7 @@ process before OpenRLHF's `__init__`. The policy actor also keeps a record of wh
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from pathlib import Path
@@ -24,10 +25,9 @@ def original_class(actor_class):
     return actor_class.__ray_metadata__.modified_class.__ray_actor_class__
 
 
-def redecorated(actor_class, __init__, *mixins, **remote_options):
-    """`actor_class` (a Ray actor class of OpenRLHF's) under `@ray.remote(**remote_options)` again, with `__init__`
-    (which calls the original's) and `mixins` in front of it."""
-    base = original_class(actor_class)
+def redecorated(base, __init__, *mixins, **remote_options):
+    """`base` (the class under an OpenRLHF actor's `@ray.remote`) under `@ray.remote(**remote_options)` again, with
+    `__init__` (which calls the original's) and `mixins` in front of it."""
     cls = type(base.__name__, (*mixins, base), {"__init__": __init__, "__module__": __name__})
     return ray.remote(**remote_options)(cls) if remote_options else ray.remote(cls)
 
@@ -46,7 +46,7 @@ def on_cpu(actor_class, *mixins):
             train_in_fp32()
         base.__init__(self, *args, **kwargs)
 
-    return redecorated(actor_class, __init__, *mixins, num_gpus=1)
+    return redecorated(base, __init__, *mixins, num_gpus=1)
 
 
 # vLLM's CPU platform turns the engine's "uni" executor (what OpenRLHF asks for with one GPU per engine) into "mp",
@@ -62,15 +62,13 @@ def engine_on_cpu(actor_class):
     base = original_class(actor_class)
 
     async def __init__(self, *args, **kwargs):
-        import os
-
         from .precision import engine_kwargs
         from .switches import switches
 
         os.environ.update(ENGINE_ENV)
         await base.__init__(self, *args, **(kwargs if switches().bf16 else engine_kwargs(kwargs)))
 
-    return redecorated(actor_class, __init__)
+    return redecorated(base, __init__)
 
 
 def info_values(value) -> list | None:
