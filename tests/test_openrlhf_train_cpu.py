@@ -461,7 +461,8 @@ def test_synchronous_trainer_with_the_tool_calls_agent(tmp_path, tiny_model, kb_
     )
     for exp in (e for fit in fits for e in fit["experiences"]):
         assert exp["loss_tokens"] == exp["info"]["generated_tokens"]
-        assert {"reward", "tool_calls", "history_rewrites", "invalid_actions", "tool_errors_infra"} <= set(exp["info"])
+        tool_calls_keys = {"tool_calls", "history_rewrites", "invalid_actions", "tool_errors_infra"}
+        assert {"reward", "turns", "searches", *tool_calls_keys} <= set(exp["info"])
         assert all(t >= 1 for t in exp["info"]["turns"])
     assert not (tmp_path / "trace.jsonl").exists()  # OpenRLHF's own generator ran
 
