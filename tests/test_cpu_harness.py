@@ -92,6 +92,39 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     )
 
 
+@pytest.mark.parametrize("cached_to_prompt_end, read_again", [(-1, False), (0, True)])
+def test_scripted_tokens_the_prefix_cache_served_are_read_again_past_it(tokenizer, cached_to_prompt_end, read_again):
+    """vLLM computes prompt log-probs only for the tokens it prefills and leaves the entries of those its prefix cache
+    served unset (what-ran-where.md, item 9). If the cache reached the scripted tokens, the turn is read again with
+    the cache off for that request; a cache that stops short of them costs nothing."""
+    import asyncio
+
+    from asearcher_plugin.engines.types import Logprob, SamplingParams
+    from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload
+
+    prompt = tokenizer("User: Who wrote Hamlet?\n\nAssistant: ")["input_ids"]
+
+    class Engine:  # the cache holds the prompt to its end plus `cached_to_prompt_end` tokens, unless skipped
+        def __init__(self):
+            self.skips = []
+
+        async def generate(self, prompt_token_ids, params):
+            skip = bool(getattr(params, "skip_reading_prefix_cache", False))
+            self.skips.append(skip)
+            hit = 0 if skip else len(prompt) + cached_to_prompt_end
+            # entry i is token i + 1's log-prob, computed from position i: set only past the cache
+            given = [
+                {t: Logprob(-1.0)} if i >= hit else {0: Logprob(1.9e-42)} for i, t in enumerate(prompt_token_ids[1:])
+            ]
+            return types.SimpleNamespace(prompt_logprobs=[None, *given], num_cached_tokens=hit)
+
+    engine = Engine()
+    scripted = ScriptedEngine(engine, Workload(max_turns=3, turns_scale=100.0), tokenizer)
+    out = asyncio.run(scripted.generate(prompt, SamplingParams(max_tokens=64, logprobs=0))).outputs[0]
+    assert [lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs, strict=True)] == [-1.0] * len(out.token_ids)
+    assert engine.skips == ([False, True] if read_again else [False])
+
+
 def test_the_scripted_workloads_tokens_pass_the_trainers_is_correction(tiny_model, tokenizer):
     """The log-probs the scripted workload reports are the engine's for the tokens it returns, so OpenRLHF's
     token-level IS correction (band [0.5, 5], the recipes') keeps them: the engine here is the tiny model in float32
