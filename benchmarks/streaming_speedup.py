@@ -239,6 +239,7 @@ def real_runs(args, workload: str, cost: str, names: list[str], configs: dict, s
         turn_s=args.turn_s,
         capacity=CAPACITY if cost == "capacity" else None,
         seed=args.seed,
+        prefix_caching=args.prefix_caching,
         batch=args.batch,
         n=args.n,
         engines=args.engines,
@@ -448,7 +449,8 @@ def note(args, reals: dict) -> str:
         f"training step {args.sim_train_s[0]:g} s (32 turns) / {args.sim_train_s[1]:g} s (128), "
         f"weight broadcast {args.sim_sync_s:g} s, "
         f"{args.sim_turn_overhead_s:g} s a turn besides the full-size decode. "
-        f"Real: span from the first request an engine receives to the last trained step{before}, "
+        f"Real: vLLM's prefix caching {'on' if getattr(args, 'prefix_caching', False) else 'off'}, span from the "
+        f"first request an engine receives to the last trained step{before}, "
         "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
         "Staleness: policy versions between a group's admission (OpenRLHF: its generate call) and the update "
         "that trains it (OpenRLHF's generator records no versions on the real chain: simulated only). Lower bound: "
