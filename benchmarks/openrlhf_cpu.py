@@ -118,19 +118,11 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
     (out / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{name}: training failed, see {out / 'train.log'}")
-    fits = [json.loads(line) for line in (out / "ckpt" / "cpu_harness_fits.jsonl").read_text().splitlines()]
-    intervals = [
-        (path.name, *json.loads(line))
-        for path in (out / "engines").glob("engine-*.jsonl")
-        for line in path.read_text().splitlines()
-    ]
-    engines = sorted({name for name, _, _ in intervals})
-    start, end = min(a for _, a, _ in intervals), fits[-1]["time"]
+    fits, engines, rows = read_run(out)
+    start, end = min(a for ivs in engines.values() for a, _ in ivs), fits[-1]["time"]
     span = end - start
-    busy = sum(max(0.0, min(b, end) - max(a, start)) for _, a, b in intervals)
+    busy = sum(busy_in(ivs, start, end) for ivs in engines.values())
     trained = sum(exp["samples"] for fit in fits for exp in fit["experiences"])
-    trace = out / "trace.jsonl"
-    rows = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     staleness = [g["staleness"] for row in rows for g in row["groups"]]
     info = lambda key: sum(v for fit in fits for exp in fit["experiences"] for v in exp["info"].get(key, []))  # noqa: E731
     turns = [t for fit in fits for exp in fit["experiences"] for t in exp["info"].get("turns", [])]
@@ -155,6 +147,26 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "fit_s_mean": statistics.mean(f["time"] - f.get("started", f["time"]) for f in fits),
         "wall_s": time.time() - started,
     }
+
+
+def _jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_run(out: Path) -> tuple[list[dict], dict[str, list[tuple[float, float]]], list[dict]]:
+    """What a finished run left in its folder: the policy actor's fit log, each engine's busy intervals (engines
+    that recorded any), and the scheduler's trace (none for OpenRLHF's own generator)."""
+    fits = _jsonl(out / "ckpt" / "cpu_harness_fits.jsonl")
+    engines = {
+        path.name: [tuple(iv) for iv in _jsonl(path)] for path in sorted((out / "engines").glob("engine-*.jsonl"))
+    }
+    trace = out / "trace.jsonl"
+    return fits, {name: ivs for name, ivs in engines.items() if ivs}, _jsonl(trace) if trace.exists() else []
+
+
+def busy_in(intervals: list[tuple[float, float]], a: float, b: float) -> float:
+    """Seconds of [a, b] inside the intervals."""
+    return sum(max(0.0, min(y, b) - max(x, a)) for x, y in intervals)
 
 
 def add_workload_arguments(ap: argparse.ArgumentParser) -> None:

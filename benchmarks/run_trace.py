@@ -12,24 +12,19 @@ at the end of the span (a median: what a call of the straggler costs with nothin
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-def _jsonl(path: Path) -> list:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def busy(intervals: list[tuple[float, float]], a: float, b: float) -> float:
-    """Seconds of [a, b] inside the intervals."""
-    return sum(max(0.0, min(y, b) - max(x, a)) for x, y in intervals)
+from benchmarks.openrlhf_cpu import busy_in as busy  # noqa: E402
+from benchmarks.openrlhf_cpu import read_run  # noqa: E402
 
 
 def report(run: Path) -> list[str]:
-    fits = _jsonl(run / "ckpt" / "cpu_harness_fits.jsonl")
-    engines = {p.stem: [tuple(iv) for iv in _jsonl(p)] for p in sorted((run / "engines").glob("engine-*.jsonl"))}
+    fits, engines, batches = read_run(run)
     t0 = min(x for ivs in engines.values() for x, _ in ivs)
     end = fits[-1]["time"]
     span = end - t0
@@ -49,17 +44,13 @@ def report(run: Path) -> list[str]:
         a, b = t0 + span * k / 10, t0 + span * (k + 1) / 10
         tenths.append(1 - sum(busy(ivs, a, b) for ivs in engines.values()) / (n * (b - a)))
     lines.append("  engines idle by tenth of the span: " + " ".join(f"{x:.0%}" for x in tenths))
-    trace = run / "trace.jsonl"
-    group = None
-    if trace.is_file():
-        versions = {0: 0.0} | {i + 1: f["time"] - t0 for i, f in enumerate(fits)}
-        batches = _jsonl(trace)
-        calls, batch, group = 0, None, None
-        for b in batches:
-            for g in b["groups"]:
-                most = max((len(v) for v in g["turn_versions"]), default=0)
-                if most > calls:
-                    calls, batch, group = most, b, g
+    versions = {0: 0.0} | {i + 1: f["time"] - t0 for i, f in enumerate(fits)}
+    calls, batch, group = 0, None, None
+    for b in batches:  # the scheduler's trace: streaming runs only
+        for g in b["groups"]:
+            most = max((len(v) for v in g["turn_versions"]), default=0)
+            if most > calls:
+                calls, batch, group = most, b, g
     if group is not None:
         admitted = versions.get(group["admitted_version"], float("nan"))
         lines.append(
@@ -67,7 +58,7 @@ def report(run: Path) -> list[str]:
             f"{group['admitted_version']} (~{admitted:.0f} s), its batch handed over at {batch['time'] - t0:.0f} s: "
             f"{(batch['time'] - t0 - admitted) / calls:.2f} s a call"
         )
-    ends = sorted((ivs[-1][1], name) for name, ivs in engines.items() if ivs)
+    ends = sorted((ivs[-1][1], name) for name, ivs in engines.items())
     if len(ends) > 1:
         alone = [y - x for x, y in engines[ends[-1][1]] if x > ends[-2][0]]
         if alone:
