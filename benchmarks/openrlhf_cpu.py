@@ -99,7 +99,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         f"openrlhf.vllm.num_engines={args.engines}",
         # off by default, as in every published run: the scripted engine once read corrupt prompt log-probs with it
         # on (what-ran-where.md, item 9); with it off each call prefills its trajectory's whole context
-        f"openrlhf.vllm.enable_prefix_caching={str(getattr(args, 'prefix_caching', False)).lower()}",
+        f"openrlhf.vllm.enable_prefix_caching={str(args.prefix_caching).lower()}",
         f"openrlhf.train.async_queue_size={args.queue}",
         f"scheduler.max_staleness={args.eta}",
         f"openrlhf.ckpt.path={out / 'ckpt'}",

@@ -449,7 +449,7 @@ def note(args, reals: dict) -> str:
         f"training step {args.sim_train_s[0]:g} s (32 turns) / {args.sim_train_s[1]:g} s (128), "
         f"weight broadcast {args.sim_sync_s:g} s, "
         f"{args.sim_turn_overhead_s:g} s a turn besides the full-size decode. "
-        f"Real: vLLM's prefix caching {'on' if getattr(args, 'prefix_caching', False) else 'off'}, span from the "
+        f"Real: vLLM's prefix caching {'on' if args.prefix_caching else 'off'}, span from the "
         f"first request an engine receives to the last trained step{before}, "
         "median and range over fresh runs; ratio = best OpenRLHF configuration's median span / this row's. "
         "Staleness: policy versions between a group's admission (OpenRLHF: its generate call) and the update "

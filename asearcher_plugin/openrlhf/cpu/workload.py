@@ -109,16 +109,15 @@ class ScriptedEngine:
             prompt_logprobs=0 if want else None,
             detokenize=False,
         )
+        read = list(prompt_token_ids) + ids
         with self.busy:
-            done = await self.engine.generate(list(prompt_token_ids) + ids, decode)
+            done = await self.engine.generate(read, decode)
             if want and (getattr(done, "num_cached_tokens", None) or 0) >= len(prompt_token_ids):
                 # vLLM computes prompt log-probs only past what its prefix cache served and leaves the entries
                 # before unset; here the cache held the prompt to the scripted tokens (another trajectory sent the
                 # same text), so they are read again past the cache. `skip_reading_prefix_cache`, vLLM's own guard
                 # for prompt log-probs, stays off otherwise: it would prefill every turn's whole context
-                done = await self.engine.generate(
-                    list(prompt_token_ids) + ids, with_overrides(decode, skip_reading_prefix_cache=True)
-                )
+                done = await self.engine.generate(read, with_overrides(decode, skip_reading_prefix_cache=True))
             if self.w.turn_seconds:
                 await self.decoder.run(self.w.turn_seconds)
         logprobs = _scripted_logprobs(done, ids) if want else None
