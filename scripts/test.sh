@@ -2,7 +2,7 @@
 # Installs what the test suite needs (Chromium from Debian for the report test, the package with its test extras
 # including vLLM's CPU build, OpenRLHF 0.11.2 without its GPU dependencies, DeepSpeed without its CUDA ops), checks
 # the packages' imports against setup.py (deptry), builds the docs site strict (mkdocs), and runs the whole suite
-# (arguments go to pytest, e.g. -m "not slow"; the 15 slowest tests are listed).
+# (arguments go to pytest, e.g. -m "not slow"; every test over 20 s is listed with its time).
 set -e
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -23,4 +23,4 @@ ruff check . && ruff format --check .
 site=$(mktemp -d "${TMPDIR:-/tmp}/asearcher-site.XXXXXX")
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
-python -m pytest -q --durations=15 "$@"
+python -m pytest -q --durations=0 --durations-min=20 "$@"

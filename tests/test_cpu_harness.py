@@ -293,6 +293,10 @@ def test_the_harness_trains_and_decodes_in_float32_where_openrlhf_asks_for_bf16(
     and DeepSpeed configs turn float32 for bf16, fp16 stays fp16, and the engines start in the trainer's dtype."""
     pytest.importorskip("openrlhf")
     import torch
+
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
+
+    use_stand_ins()  # openrlhf.utils.deepspeed imports flash_attn
     from openrlhf.utils import utils
     from openrlhf.utils.deepspeed import deepspeed as strategy
     from openrlhf.utils.deepspeed import deepspeed_utils
@@ -314,3 +318,31 @@ def test_the_harness_trains_and_decodes_in_float32_where_openrlhf_asks_for_bf16(
         assert (config["bf16"]["enabled"], config["fp16"]["enabled"]) == (False, False)
     assert strategy.get_train_ds_config(offload=False, param_dtype="fp16")["fp16"]["enabled"]
     assert precision.engine_kwargs({"dtype": "bfloat16", "seed": 1}) == {"dtype": "float32", "seed": 1}
+
+
+def test_deepspeeds_cpu_ops_are_left_unbuilt(monkeypatch):
+    """DeepSpeed compiles two C++ ops on first use on its CPU accelerator (~4 min on 2 cores): the shared-memory
+    all-reduce is marked incompatible (gloo instead) and an AdamW without offload asks DeepSpeed for torch's AdamW;
+    with `adam_offload` DeepSpeed's CPU Adam stays."""
+    pytest.importorskip("openrlhf")
+    from asearcher_plugin.openrlhf.cpu import use_stand_ins
+
+    use_stand_ins()  # openrlhf.utils.deepspeed imports flash_attn
+    import deepspeed.ops
+    from openrlhf.utils.deepspeed import deepspeed as strategy
+    from openrlhf.utils.deepspeed import deepspeed_utils
+
+    from asearcher_plugin.openrlhf.cpu import deepspeed_ops
+
+    for module in (deepspeed_utils, strategy):
+        monkeypatch.setattr(module, "get_train_ds_config", module.get_train_ds_config)
+    monkeypatch.setitem(deepspeed.ops.__compatible_ops__, "deepspeed_shm_comm", True)
+    deepspeed_ops.skip_jit_ops()
+    deepspeed_ops.skip_jit_ops()  # a second install changes nothing
+    assert deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] is False
+    adamw = {"type": "AdamW", "params": {"lr": 1e-3}}
+    config = strategy.get_train_ds_config(offload=False, adam_offload=False, optim_config=dict(adamw))
+    assert config["optimizer"]["params"] == {"lr": 1e-3, "torch_adam": True}
+    offloaded = strategy.get_train_ds_config(offload=False, adam_offload=True, optim_config=dict(adamw, params={}))
+    assert "torch_adam" not in offloaded["optimizer"]["params"]
+    assert "optimizer" not in strategy.get_train_ds_config(offload=False, adam_offload=False)

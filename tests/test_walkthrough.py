@@ -62,13 +62,14 @@ def package_names(pip_line: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def quickstart(sample_kb, tmp_path_factory):
-    """`asearcher quickstart --keep-serving` on 3 questions once, its KB build taken from the suite's, stopped with
-    SIGTERM once it says its server stays up; (folder, its stderr, the server's pid)."""
+def quickstart(sample_kb, tiny_model, tmp_path_factory):
+    """`asearcher quickstart --keep-serving` on 3 questions once, its KB build and tiny model taken from the suite's,
+    stopped with SIGTERM once it says its server stays up; (folder, its stderr, the server's pid)."""
     import shutil
 
     home = tmp_path_factory.mktemp("newcomer")
     shutil.copytree(sample_kb, home / "runs" / "sample-kb")  # the KB build has its own tests; reuse it
+    shutil.copytree(tiny_model, home / "runs" / "tiny-model")  # and so has the tiny model
     cmd = [sys.executable, "-m", "asearcher_plugin.cli", "quickstart", "--port", str(free_port())]
     cmd += ["--questions", "3", "--k", "1", "--keep-serving"]
     proc = subprocess.Popen(cmd, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

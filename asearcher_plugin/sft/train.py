@@ -78,9 +78,11 @@ def use_cpu() -> None:
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    from asearcher_plugin.openrlhf.cpu.deepspeed_ops import skip_jit_ops
     from asearcher_plugin.openrlhf.cpu.device_shims import install
 
     install()
+    skip_jit_ops()
 
 
 def run(argv: list[str], cpu: bool = False, float32: bool = False) -> None:

@@ -13,6 +13,7 @@ the narrowest point, only what needs CUDA:
 | bf16: the trainer's weights and DeepSpeed config (`precision`, in `actors.on_cpu`), `dtype="bfloat16"` of the engines `create_vllm_engines` starts (`actors.engine_on_cpu`) | float32 on both sides | a CPU without bf16 units emulates bf16 matrix products, 15x slower than float32 on CI's |
 | vLLM's CPU platform turning the engines' `"uni"` executor into `"mp"` (`actors.engine_on_cpu`: `VLLM_ENABLE_V1_MULTIPROCESSING=0` in the engine actor) | the worker in the engine-core process, as OpenRLHF asks and as on a GPU | the extra worker process imports vLLM again: ~25 s more a run on 2 cores |
 | vLLM's CPU GEMM dispatch in the engines (`vllm_transport`) | vLLM's own plain fallback (`F.linear` on the live weight) | with oneDNN/AMX kernels vLLM packs each weight and drops its `weight_loader`: weight updates fail |
+| DeepSpeed's CPU ops compiled on first use: `deepspeed_shm_comm` and `fused_adam` (`deepspeed_ops`) | shm marked incompatible (gloo, as off Linux); DeepSpeed's own `torch_adam` option (`torch.optim.AdamW`) | compiling them took 91 + 133 s on CI's 2 cores in every fresh environment; the shm op serves only inference all-reduce, AdamW is the same update |
 | `flash_attn` (`stand_ins/flash_attn`) | an import-only package | `openrlhf.models` imports it at module level; it is only called with ring attention, which the harness refuses |
 
 Set by the recipe, not patched: `--ds.attn_implementation sdpa` (flash-attn needs CUDA) and DeepSpeed's CPU

@@ -37,11 +37,13 @@ def on_cpu(actor_class, *mixins):
     base = original_class(actor_class)
 
     def __init__(self, *args, **kwargs):
+        from .deepspeed_ops import skip_jit_ops
         from .device_shims import install
         from .precision import train_in_fp32
         from .switches import switches
 
         install(type(self))
+        skip_jit_ops()
         if not switches().bf16:
             train_in_fp32()
         base.__init__(self, *args, **kwargs)
@@ -81,6 +83,17 @@ def info_values(value) -> list | None:
     return None
 
 
+def engine_gap(experience) -> list[float | None] | None:
+    """Per sample, the mean |log-prob| difference over its loss tokens between the trainer (its policy as the update
+    starts) and the vLLM engine that generated the tokens: 0 up to numerics when the engine held the trainer's
+    weights. None without the engine's log-probs; a sample without loss tokens gets None."""
+    if experience.rollout_log_probs is None or experience.action_log_probs is None:
+        return None
+    diff = (experience.action_log_probs.float() - experience.rollout_log_probs.float()).abs()
+    mask = experience.action_mask.bool()
+    return [float(d[m].mean()) if m.any() else None for d, m in zip(diff, mask)]
+
+
 class FitLog:
     """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info and the
     tokens each sample puts into the loss (its action mask as the trainer got it)."""
@@ -100,6 +113,7 @@ class FitLog:
                 if experience.advantages is not None
                 else None,
                 "info": {k: vals for k, v in experience.info.items() if (vals := info_values(v)) is not None},
+                "engine_gap": engine_gap(experience),
             }
         )
         return super().append(experience)
