@@ -496,11 +496,12 @@ def test_an_engine_that_fails_to_start_ends_the_run_with_its_error(tmp_path, tin
     assert "RolloutRayActor failed to start: ImportError: this agent file is broken on purpose" in proc.stderr
 
 
-# The learning test: the brevity reward (shorter trajectories in characters) must rise over training when the
-# engines load the broadcast weights. Its planted bug is a broken weight sync (the engines receive the weights and
-# do not load them, cpu_harness.skip_weight_load=true): benchmarks/learning_cpu.py runs it beside every synced run of
-# the same seeds and it stays flat (-0.000 +- 0.014 over 4 seeds); it is not run again here, where it would double
-# the test's time.
+# The learning test: the brevity reward (shorter trajectories in characters) must rise over training, RL's whole loop
+# at work: rewards, advantages, the policy loss, the updates and their broadcast to the engines that generate. The
+# broadcast alone is checked directly by the synchronous run above (the engines' log-probs are the trainer's). A
+# broken weight sync (the engines receive the weights and do not load them, cpu_harness.skip_weight_load=true) keeps
+# the reward flat: benchmarks/learning_cpu.py runs it beside every synced run of the same seeds (-0.000 +- 0.014 over
+# 4 seeds); it is not run again here, where it would double the test's time.
 LEARN_PROMPTS, LEARN_EPISODES, K = 12, 8, 4
 LEARN = [
     "agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity",
