@@ -95,6 +95,7 @@ setup(
             "pytest-asyncio>=0.23",
             "hypothesis>=6.100",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.6",  # scripts/test.sh: two workers, one per core (docs/testing.md)
             "aiohttp>=3.9",
             "deptry>=0.25",  # scripts/check_deps.py: imports against the lists above
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter

@@ -2,7 +2,8 @@
 # Installs what the test suite needs (Chromium from Debian for the report test, the package with its test extras
 # including vLLM's CPU build, OpenRLHF 0.11.2 without its GPU dependencies, DeepSpeed without its CUDA ops), checks
 # the packages' imports against setup.py (deptry), builds the docs site strict (mkdocs), and runs the whole suite
-# (arguments go to pytest, e.g. -m "not slow"; every test over 20 s is listed with its time).
+# (arguments go to pytest, e.g. -m "not slow", and then the tests run in one process; every test over 20 s is listed
+# with its time).
 set -e
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -23,4 +24,12 @@ ruff check . && ruff format --check .
 site=$(mktemp -d "${TMPDIR:-/tmp}/asearcher-site.XXXXXX")
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; exit 1; }
 rm -rf "$site"
-python -m pytest -q --durations=0 --durations-min=20 "$@"
+if [ $# -gt 0 ]; then
+    python -m pytest -q --durations=0 --durations-min=20 "$@"
+    exit
+fi
+# The quick tests on two workers, a file to each at a time (a file's tests share its module fixtures); then the slow
+# ones (OpenRLHF's trainer with vLLM, Ray rollouts, soaks) one at a time: two of those side by side on two cores took
+# 2-4x as long each (measured: docs/testing.md), more than running them in turn
+python -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=0 --durations-min=20
+python -m pytest -q -m slow --durations=0 --durations-min=20
