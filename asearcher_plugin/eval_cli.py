@@ -70,7 +70,8 @@ def eval_cmd(
         None,
         "--like",
         help="an earlier run's metrics.json (or folder): repeat it with the settings its eval card records; "
-        "options given here replace them, and what cannot be matched is named before the run starts",
+        "options given here replace them, and what cannot be matched is named before the run starts. A card never "
+        "sets code, processes, endpoints or key variables: give the model (--hf-model / --base-url) and --kb-url",
     ),
     agent_config: str = typer.Option(None, help="agent YAML (else $ASEARCHER_CONFIG, else defaults)"),
     kb_url: list[str] = typer.Option(
@@ -119,7 +120,13 @@ def eval_cmd(
     if len(engines) > 1 or (not engines and not like):
         raise _fail("give exactly one of --hf-model, --base-url or --scripted-reference-policy (or --like RUN)")
     try:
-        earlier = load_like(like) if like else None
+        # a card's code, endpoints and key variables are never used: this machine's config and --kb-url set them
+        earlier = None
+        if like:
+            here = load_config(None)
+            if kb_url:
+                here.tools.local.urls = split_list(kb_url)
+            earlier = load_like(like, here)
         if earlier is not None and not (given("agent_config") or given("set_")):
             config = earlier.config
         else:
@@ -155,6 +162,14 @@ def eval_cmd(
         )
         problems = unmatched(earlier.card, now)
         typer.echo(f"repeating {earlier.source} with the settings of its eval card", err=True)
+        for field, why, value in earlier.ignored:
+            shown = repr(value)
+            shown = shown if len(shown) <= 200 else shown[:200] + "..."
+            typer.echo(
+                f"not taken from the card: {field} = {shown} (it {why}); this machine's config or the command "
+                "line sets it",
+                err=True,
+            )
         for field, before, after in problems:
             typer.echo(f"cannot match {field}: it was {before}, here it is {after}", err=True)
         if not problems:
