@@ -168,6 +168,16 @@ def serve(
     body_timeout: float = typer.Option(30.0, help="seconds for the whole body after the headers (408 beyond)"),
     keep_alive: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
     max_connections: int = typer.Option(1000, help="open connections beyond which requests get 503"),
+    max_reply_bytes: int = typer.Option(
+        16 * 1024 * 1024, help="reply body limit: /retrieve beyond it gets 413, /access pages are cut to fit"
+    ),
+    write_timeout: float = typer.Option(30.0, help="seconds a client may stay behind in reading a reply"),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="a name clients use for this server, besides IP addresses, localhost and this machine's names "
+        "(other Host headers get 400: a DNS-rebinding guard); repeatable",
+    ),
     access_log: bool = typer.Option(False, help="log a line per request (uvicorn's access log) on stderr"),
 ):
     """Serve /retrieve (Search-R1 format), /access (ASearcher format) and /health."""
@@ -190,6 +200,8 @@ def serve(
             body_timeout_s=body_timeout,
             keep_alive_s=keep_alive,
             max_connections=max_connections,
+            max_reply_bytes=max_reply_bytes,
+            write_timeout_s=write_timeout,
         )
         kb = KnowledgeBase(
             kb_dir,
@@ -203,13 +215,13 @@ def serve(
         _fail(str(exc))
     console.print(f"serving {kb_dir} ({len(kb.passages)} passages, {retriever.value}) on http://{host}:{port}")
     if save_address_to is None:
-        run(kb, host, port, limits, threads, access_log=access_log)
+        run(kb, host, port, limits, threads, access_log=access_log, allow_hosts=tuple(allow_host))
         return
     from .address import AddressFile
 
     with AddressFile(save_address_to, host, port) as address:
         console.print(f"address file {address.path} ({address.content}) written once the server answers")
-        run(kb, host, port, limits, threads, access_log=access_log)
+        run(kb, host, port, limits, threads, access_log=access_log, allow_hosts=tuple(allow_host))
 
 
 @app.command()

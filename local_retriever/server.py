@@ -30,6 +30,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from . import memory
 from .batcher import MicroBatcher
+from .hosts import HostCheck, served_names
 from .kb import KnowledgeBase
 from .threads import stage_threads
 
@@ -56,6 +57,14 @@ class ServerLimits(BaseModel):
         1000, ge=1, description="open connections (or requests in progress) beyond which a request is answered 503"
     )
     max_header_bytes: int = Field(64 * 1024, ge=1024, description="request line plus headers")
+    max_reply_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=64 * 1024,
+        description="a reply's body: /retrieve beyond it is refused (413), /access cuts its pages to fit, marked",
+    )
+    write_timeout_s: float = Field(
+        30.0, gt=0, description="a client that stops reading a reply is cut off this long after it fell behind"
+    )
 
 
 class RetrieveRequest(BaseModel):
@@ -170,8 +179,14 @@ class BodyLimit:
                 return
 
 
-def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None) -> FastAPI:
-    """`threads`: CPU threads shared by the encoder and search stages (default: every core)."""
+def create_app(
+    kb: KnowledgeBase,
+    limits: ServerLimits | None = None,
+    threads: int | None = None,
+    hosts: frozenset[str] | None = None,
+) -> FastAPI:
+    """`threads`: CPU threads shared by the encoder and search stages (default: every core); `hosts`: the names a
+    request's `Host` may carry besides an IP address (default: the loopback names; see `hosts.HostCheck`)."""
     limits = limits or ServerLimits()
     encoder_threads, search_threads = stage_threads(threads)
     batcher = MicroBatcher(
@@ -196,6 +211,7 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
 
     app = FastAPI(title="asearcher local knowledge base", version="1", lifespan=lifespan)
     app.state.kb, app.state.batcher, app.state.limits = kb, batcher, limits
+    app.add_middleware(HostCheck, names=served_names("127.0.0.1") if hosts is None else hosts)
 
     def internal(request: Request, exc: BaseException) -> ApiError:
         # Logged here and answered as an ApiError, so Starlette does not re-raise it into uvicorn's log as well.
@@ -262,9 +278,18 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
                 result = [[doc for doc, _ in hits] for hits in rows]
         except Exception as exc:  # noqa: BLE001 - answered as a logged 500
             raise internal(request, exc) from None
+        body = orjson.dumps({"result": result})
+        if len(body) > limits.max_reply_bytes:
+            raise ApiError(
+                413,
+                "reply_too_large",
+                f"the reply to {len(queries)} queries x topk {topk} is {len(body):,} bytes; the limit is "
+                f"{limits.max_reply_bytes:,}: ask fewer queries or a smaller topk per request",
+            )
         counters["retrieve_requests"] += 1
         counters["queries"] += len(queries)
-        return _json({"result": result}, headers={"X-Truncated-Queries": str(truncated)} if truncated else None)
+        headers = {"X-Truncated-Queries": str(truncated)} if truncated else None
+        return Response(body, media_type="application/json", headers=headers)
 
     @app.post("/access")
     async def access(req: AccessRequest, request: Request):
@@ -292,7 +317,7 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
         except Exception as exc:  # noqa: BLE001 - answered as a logged 500
             raise internal(request, exc) from None
         counters["access_requests"] += 1
-        return _json({"result": pages})
+        return _json({"result": cut_pages(pages, limits.max_reply_bytes)})
 
     @app.get("/health")
     async def health():
@@ -318,6 +343,22 @@ def create_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: i
     return app
 
 
+CUT_MARK = "\n[... cut: the page is {total:,} characters; this server's replies hold at most {limit:,} bytes]"
+
+
+def cut_pages(pages: list[dict | None], max_bytes: int) -> list[dict | None]:
+    """`pages` whose contents fit one reply of `max_bytes`: each page gets an equal share, and one cut ends with
+    `CUT_MARK` saying so (a reader sees that the page goes on, as with `max_page_chunks`)."""
+    share = max(1, max_bytes // 4 // max(1, len(pages)))  # characters: up to 4 bytes each in UTF-8, with room for JSON
+    out = []
+    for page in pages:
+        contents = page.get("contents") if isinstance(page, dict) else None
+        if isinstance(contents, str) and len(contents) > share:
+            page = {**page, "contents": contents[:share] + CUT_MARK.format(total=len(contents), limit=max_bytes)}
+        out.append(page)
+    return out
+
+
 def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
     body = orjson.dumps({"error": {"code": code, "message": message}})
     head = (
@@ -335,6 +376,7 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
         limits.body_timeout_s,
         limits.max_connections,
     )
+    deadlines = {"headers": header_timeout, "body": body_timeout, "write": limits.write_timeout_s}
 
     class GuardedH11Protocol(H11Protocol):
         def __init__(self, *args, **kwargs):
@@ -345,6 +387,8 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             self._timer: asyncio.TimerHandle | None = None
             self._timer_kind: str | None = None
             self._partial = False
+            self._behind = False  # the client stopped reading this response: its write deadline runs
+            self._upgraded = False
 
         async def _gate(self, scope, receive, send):
             if len(self.connections) > max_connections or len(self.tasks) > max_connections:
@@ -369,6 +413,27 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._partial = False
+            if not self.flow.write_paused:  # the reply left the buffer (a paused one is still held: see below)
+                self._behind = False
+            self._rearm()
+
+        def handle_websocket_upgrade(self, event) -> None:
+            # the connection now belongs to the WebSocket protocol (the demo's socket): no timer of ours stays on it
+            self._upgraded = True
+            self._set_timer(None)
+            super().handle_websocket_upgrade(event)
+
+        def pause_writing(self) -> None:
+            # the transport holds more than its high-water mark of unsent reply: the client is not reading. The
+            # reply stays in memory until it is read, after the app has finished with it too.
+            super().pause_writing()
+            self._behind = True
+            self._rearm()
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self.cycle is None or self.cycle.response_complete:  # the whole reply is out
+                self._behind = False
             self._rearm()
 
         def connection_lost(self, exc):
@@ -381,8 +446,10 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
 
         def _rearm(self) -> None:
             # The deadline runs from when the wait began; bytes trickling in do not extend it.
-            if self.transport is None or self.transport.is_closing():
+            if self.transport is None or self.transport.is_closing() or self._upgraded:
                 return self._set_timer(None)
+            if self._behind:  # from the first time it fell behind: reading a little now and then does not extend it
+                return self._set_timer("write")
             idle = self.cycle is None or self.cycle.response_complete
             if idle and self.conn.their_state is h11.IDLE:
                 self._set_timer("headers")
@@ -399,12 +466,12 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             self._timer_kind = kind
             self._timer = None
             if kind is not None:
-                self._timer = self.loop.call_later(
-                    header_timeout if kind == "headers" else body_timeout, self._expired, kind
-                )
+                self._timer = self.loop.call_later(deadlines[kind], self._expired, kind)
 
         def _expired(self, kind: str) -> None:
             self._timer, self._timer_kind = None, None
+            if kind == "write":  # dropped with what it still holds: closing would wait for a reader that never reads
+                return self.transport.abort()
             if self.transport.is_closing():
                 return
             if kind == "headers" and self._partial:
@@ -421,10 +488,15 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
     return GuardedH11Protocol
 
 
-def build_app(kb: KnowledgeBase, limits: ServerLimits | None = None, threads: int | None = None):
+def build_app(
+    kb: KnowledgeBase,
+    limits: ServerLimits | None = None,
+    threads: int | None = None,
+    hosts: frozenset[str] | None = None,
+):
     """The ASGI app `kb serve` runs: the FastAPI app behind the body size and read-time guard."""
     limits = limits or ServerLimits()
-    return BodyLimit(create_app(kb, limits, threads), limits.max_body_bytes, limits.body_timeout_s)
+    return BodyLimit(create_app(kb, limits, threads, hosts), limits.max_body_bytes, limits.body_timeout_s)
 
 
 def uvicorn_options(limits: ServerLimits) -> dict:
@@ -451,9 +523,11 @@ def serve(
     threads: int | None = None,
     log_level: str = "warning",
     access_log: bool = False,
+    allow_hosts: tuple[str, ...] = (),
 ) -> None:
     """Runs the server until interrupted; `access_log`: uvicorn's line per request; `threads`: CPU threads
-    for encoding and search together (default: every core), split between the two stages."""
+    for encoding and search together (default: every core), split between the two stages; `allow_hosts`: names a
+    request's `Host` may carry besides an IP address, the loopback names and this machine's (`hosts.py`)."""
     import uvicorn
 
     limits = limits or ServerLimits()
@@ -461,7 +535,7 @@ def serve(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     memory.limit_arenas(2)  # for the whole server process, before its threads allocate: see memory.py
     uvicorn.run(
-        build_app(kb, limits, threads),
+        build_app(kb, limits, threads, served_names(host, allow_hosts)),
         host=host,
         port=port,
         **log_options(log_level, access_log),

@@ -57,7 +57,9 @@ POISON = [
     ("/retrieve", b'{"queries": ["a", }'),
     ("/retrieve", b'{"queries": [], "topk": 99999}'),
 ]
-LIE = b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"que'
+LIE = (
+    b'POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"que'
+)
 
 
 async def _lie(url: str) -> bytes:

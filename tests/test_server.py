@@ -281,7 +281,9 @@ def test_every_error_has_the_error_shape(guarded_server, method, path, content, 
 
 
 def test_content_length_lie_gets_408_and_the_connection_is_closed(guarded_server):
-    head = b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    head = (
+        b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
     raw = _raw_exchange(guarded_server, head + b'{"queries"')
     assert raw.startswith(b"HTTP/1.1 408 ")
     assert _body(raw)["error"]["code"] == "body_timeout"
@@ -296,7 +298,7 @@ def test_slow_loris_connections_are_closed_by_the_server(guarded_server):
     async def loris(kind: str) -> bytes:
         reader, writer = await asyncio.open_connection(host, int(port))
         if kind != "silent":
-            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n")
+            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 
         async def drip():  # one header byte every 0.2 s, never finishing the headers
             while kind == "drip":
@@ -361,3 +363,61 @@ def test_a_500_is_logged_with_its_traceback(sample_kb, tmp_path, caplog):
         kb.close()
     records = [rec for rec in caplog.records if rec.name == "local_retriever.server"]
     assert records and records[0].exc_info and "POST /retrieve" in records[0].getMessage()
+
+
+# --- Who may ask, and how much a reply may hold ---------------------------------------------------------------------
+
+
+def test_a_host_the_server_was_not_started_for_is_refused(hybrid_kb):
+    """DNS rebinding: a page on a name its author controls, re-resolved to 127.0.0.1, sends its own name as Host."""
+    from local_retriever.hosts import served_names
+
+    with serve_app(create_app(hybrid_kb, hosts=served_names("127.0.0.1", ("kb.internal",)))) as url:
+        for host in ("rebind.evil.example", "rebind.evil.example:5005", "127.0.0.1.nip.io", "["):
+            health = httpx.get(f"{url}/health", headers={"Host": host})
+            page = httpx.post(f"{url}/access", json={"urls": ["Angola"]}, headers={"Host": host})
+            for reply in (health, page):
+                assert reply.status_code == 400 and reply.json()["error"]["code"] == "unknown_host", (host, reply.text)
+                assert "source" not in reply.text  # nothing of the KB (its corpus path) in the refusal
+        for host in ("127.0.0.1:5005", "localhost", "[::1]:80", "10.0.0.7:5005", "kb.internal:5005"):
+            assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200, host  # IPs: cluster nodes
+
+
+def test_a_reply_is_bounded_in_bytes(hybrid_kb, long_page):
+    limit = 64 * 1024
+    with _guarded(hybrid_kb, max_reply_bytes=limit) as url:
+        many = post(url, "/retrieve", {"queries": [f"ocean {i}" for i in range(100)], "topk": 20})
+        assert many.status_code == 413 and many.json()["error"]["code"] == "reply_too_large", many.text[:300]
+        assert post(url, "/retrieve", {"queries": ["Angola"], "topk": 3}).status_code == 200
+        page_url, whole = long_page
+        reply = post(url, "/access", {"urls": [page_url] * 8})
+        assert reply.status_code == 200 and len(reply.content) <= limit
+        pages = reply.json()["result"]
+        assert all(p["contents"].startswith(whole[:1000]) for p in pages)
+        assert all(f"the page is {len(whole):,} characters" in p["contents"] for p in pages)  # marked as cut
+
+
+def test_a_client_that_stops_reading_is_cut_off_at_the_write_deadline(hybrid_kb, long_page):
+    """A reply is held in memory while a client does not read it; 20 such clients held 1 GB for 40 s+ before."""
+    import socket
+
+    page_url, whole = long_page
+    # a reply (15 MB) larger than what the kernel's socket buffers take in (a few MB on loopback)
+    with _guarded(hybrid_kb, write_timeout_s=1, max_urls=512, max_reply_bytes=256 << 20) as url:
+        port = int(url.rsplit(":", 1)[1])
+        body = json.dumps({"urls": [page_url] * 512}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.sendall(
+                b"POST /access HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            time.sleep(4)  # never reading, past the deadline
+            received = b""
+            try:
+                while chunk := conn.recv(1 << 16):
+                    received += chunk
+            except ConnectionResetError:
+                pass
+        # what the kernel's buffers held arrives, then the end: the rest was dropped, not held until read
+        assert 0 < len(received) < 512 * len(whole) / 2
+        assert post(url, "/retrieve", {"queries": ["Angola"]}).status_code == 200
