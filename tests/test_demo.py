@@ -24,7 +24,7 @@ TERMINAL = {"finished", "stopped", "error"}
 
 
 TOKEN = "launch-token-of-the-demo-tests"
-AUTH = {"Authorization": f"token {TOKEN}"}  # what a script sends; the page holds the token in a cookie
+AUTH = {"Authorization": f"token {TOKEN}"}  # what a script and the page send
 SECRET = "sk-demo-secret-4f9a1c"
 
 
@@ -269,7 +269,7 @@ def test_only_loopback_binds_quietly(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("is not a loopback address") == 1 and NETWORK_WARNING.split("{")[0] in err
     assert "the keys go only to the servers given at launch" in err and "reverse proxy with TLS" in err
-    assert err.count("/?token=") == 2  # each launch prints its URL with its own token
+    assert err.count("/#token=") == 2  # each launch prints its URL with its own token (a fragment: never sent)
     assert [kw["host"] for kw in served] == ["0.0.0.0", "127.0.0.1"]
 
 

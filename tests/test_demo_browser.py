@@ -115,9 +115,10 @@ def eval_file(tmp_path: Path, tokenizer, kb_url: str) -> Path:
 real_read_lines = server.read_lines
 
 
-def attacker_app(demo: str, token: str):
-    """A page of another origin that tries the demo's socket (with the token) and a no-preflight POST."""
-    from fastapi import FastAPI
+def attacker_app(demo: str, token: str, seen: list[dict]):
+    """A page of another origin that tries the demo's socket (with the token) and a no-preflight POST; `seen` gets
+    the headers of every request the browser sends it."""
+    from fastapi import FastAPI, Request
     from fastapi.responses import HTMLResponse
 
     ws = demo.replace("http://", "ws://")
@@ -133,7 +134,12 @@ def attacker_app(demo: str, token: str):
         .catch(() => {{ window.outcome.post = "refused"; }});
     """
     app = FastAPI()
-    app.get("/")(lambda: HTMLResponse(f"<!doctype html><title>elsewhere</title><script>{script}</script>"))
+
+    @app.get("/")
+    async def page(request: Request):
+        seen.append(dict(request.headers))
+        return HTMLResponse(f"<!doctype html><title>elsewhere</title><script>{script}</script>")
+
     return app
 
 
@@ -159,11 +165,13 @@ def test_demo_page_streams_stops_and_replays_in_chromium(kb_server, tiny_model, 
     access = Access.for_bind("127.0.0.1")
     app = create_app(kb_server, tiny_model, access=access)
     page = None
-    with serve_app(app) as url, serve_app(attacker_app(url, access.token)) as attacker:
+    elsewhere: list[dict] = []
+    with serve_app(app) as url, serve_app(attacker_app(url, access.token, elsewhere)) as attacker:
         try:
             page = Page(tmp_path / "profile")
-            page.call("Page.navigate", url=f"{url}/?token={access.token}")
+            page.call("Page.navigate", url=f"{url}/#token={access.token}")
             page.wait("document.getElementById('conn').textContent === 'connected'", "the socket connected")
+            assert access.token not in page.js("location.href")  # out of the address bar and the history
             page.wait("document.querySelector('#model-kind option[value=reference]')", "the reference policy choice")
             assert page.js("document.getElementById('kb-url').value") == kb_server
 
@@ -232,12 +240,13 @@ def test_demo_page_streams_stops_and_replays_in_chromium(kb_server, tiny_model, 
                 shutil.copy(shot, os.environ["DEMO_SCREENSHOT"])
             assert page.exceptions == [], page.exceptions
 
-            # Another origin in the same browser, which holds the demo's cookie (another port of 127.0.0.1 is the
-            # same site, so SameSite does not stop it) and even knows the token: it can neither open the socket
-            # nor post a file.
+            # A second local server, on another port of 127.0.0.1, opened in the same browser: the browser sends
+            # it nothing of the demo's token (a cookie would go to every port of the host). Its page, even knowing
+            # the token, can neither open the socket nor post a file.
             runs, read = len(app.state.manager.runs), len(replays)
             page.call("Page.navigate", url=attacker + "/")
             page.wait("window.outcome && window.outcome.ws && window.outcome.post", "the other origin's attempts")
+            assert elsewhere and not any(access.token in str(headers) for headers in elsewhere), elsewhere
             outcome = page.js("window.outcome")
             assert outcome == {"ws": "refused", "post": "refused"}, outcome
             assert len(app.state.manager.runs) == runs and len(replays) == read  # nothing started, nothing read

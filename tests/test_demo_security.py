@@ -104,20 +104,24 @@ def test_the_socket_takes_only_the_pages_own_origin_with_the_token(demo):
         assert "r0 is not running" in json.loads(sock.recv(timeout=10))["error"]
 
 
-def test_the_token_moves_from_the_url_into_a_cookie_for_this_port(demo):
-    assert httpx.get(demo + "/").status_code == 403
-    assert "open the URL" in httpx.get(demo + "/").text
+def test_the_token_is_never_a_cookie_and_goes_by_header_or_subprotocol(demo):
+    """Cookies are scoped by host, not port: one set by the demo would go to every other server on 127.0.0.1."""
+    page = httpx.get(demo + "/")
+    assert page.status_code == 200 and TOKEN not in page.text  # the page holds no data and no token
     assert httpx.get(demo + "/api/options").status_code == 403
     assert httpx.get(demo + "/static/demo.js").status_code == 200  # no data, no state: served to anyone
-    first = httpx.get(demo + f"/?token={TOKEN}")
-    assert first.status_code == 303 and first.headers["location"] == "/"
-    cookie = first.headers["set-cookie"]
-    assert TOKEN in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
-    name = cookie.split("=", 1)[0]
-    assert name == f"asearcher_demo_{demo.rsplit(':', 1)[1]}"
-    assert httpx.get(demo + "/", cookies={name: TOKEN}).status_code == 200
-    assert httpx.get(demo + "/api/options", cookies={name: TOKEN}).status_code == 200
-    assert httpx.get(demo + "/api/options", cookies={name: "guess"}).status_code == 403
+    opened = httpx.get(demo + f"/?token={TOKEN}")  # the URL of older versions
+    assert opened.status_code == 200 and "set-cookie" not in opened.headers
+    old_cookie = {f"asearcher_demo_{demo.rsplit(':', 1)[1]}": TOKEN}
+    assert httpx.get(demo + "/api/options", cookies=old_cookie).status_code == 403  # a cookie is no credential
+    assert httpx.get(demo + "/api/options", headers=AUTH).status_code == 200
+    # the page's socket: the token as a subprotocol (a page cannot give the handshake a header), never echoed
+    url = demo.replace("http://", "ws://") + "/ws"
+    with connect(url, subprotocols=["asearcher-demo", f"token.{TOKEN}"], open_timeout=10) as sock:
+        assert sock.subprotocol == "asearcher-demo"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, subprotocols=["asearcher-demo", "token.guess"], open_timeout=10).close()
+    assert refused.value.response.status_code == 403
 
 
 @pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8000", "127.0.0.1.nip.io", "[::2]:80", "["])
@@ -252,6 +256,46 @@ def test_replay_refuses_other_origins_and_large_files(demo):
     assert httpx.post(demo + "/api/replay", content=line, headers=AUTH).status_code == 200
 
 
+def test_a_chunked_upload_is_refused_at_the_limit_not_read_to_its_end(demo):
+    """A chunked body names no size: the server stops at the limit and answers, while the sender is still sending
+    (one that read to the end would wait here for a body that never ends)."""
+    import socket
+
+    port = int(demo.rsplit(":", 1)[1])
+    chunk = b"x" * (1 << 20)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(
+            f"POST /api/replay HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: token {TOKEN}\r\n"
+            "Content-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        for _ in range(MAX_REPLAY_BYTES // len(chunk) + 1):
+            conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))  # never the last, empty chunk
+        reply = conn.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+
+
+def test_a_replayed_question_is_matched_without_compiling_it(monkeypatch):
+    """The question comes from a file anyone wrote: compiled into a pattern it cost 78 s for 1.75 MB, and Python's
+    pattern cache grew with every distinct question. It is matched as text, in time linear in its length."""
+    import re
+
+    from asearcher_plugin.agent.prompts import template_for
+    from asearcher_plugin.agent.text_turns import turn_spans
+
+    question = "Zyxqv (a+)+$ [x" + " of the river" * 150_000  # 1.95 MB, with pattern syntax in it
+    prompt = template_for("asearcher").format(question=question, current_date="2026-11-28")
+    text = prompt + "<search>Zyxqv</search>\n\n<information>doc</information>\n\n<answer>Luanda</answer>"
+    compiled = []
+    real = re._compile
+    monkeypatch.setattr(re, "_compile", lambda pattern, flags: compiled.append(str(pattern)) or real(pattern, flags))
+    cut, spans = turn_spans(text, question)
+    assert cut == len(prompt) and [text[a:b] for a, b, _ in spans] == [
+        "<search>Zyxqv</search>",
+        "<answer>Luanda</answer>",
+    ]
+    assert not any("Zyxqv" in pattern for pattern in compiled)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -340,4 +384,36 @@ def test_a_wildcard_bind_says_what_it_exposes(capsys, monkeypatch):
     server.serve("0.0.0.0", free_port(), ["http://127.0.0.1:5005"], "runs/tiny-model")
     err = capsys.readouterr().err
     assert "only to the servers given at launch" in err and "holds the access token" in err
-    assert "?token=" in err
+    assert "/#token=" in err
+
+
+def test_slow_headers_many_connections_and_deep_json_are_bounded(tiny_model):
+    """A header trickle is cut at the deadline, connections beyond the cap get 503, the page's socket outlives both
+    deadlines, and JSON nested too deeply is refused in a reply, never a 500 or a dead socket."""
+    import socket
+
+    from asearcher_plugin.demo.server import connection_options
+
+    app = create_app([f"http://127.0.0.1:{free_port()}"], tiny_model, access=Access.for_bind("127.0.0.1", token=TOKEN))
+    options = connection_options(header_timeout_s=2, max_connections=4, body_timeout_s=1)
+    with serve_app(app, **options) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with ws(url) as sock:
+            held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+            for conn in held:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
+            over = httpx.get(url + "/api/options", headers=AUTH)
+            assert over.status_code == 503, over.text
+            # at the deadline (2 s); without one, recv times out at 10 s and the test fails
+            assert held[0].recv(200).startswith(b"HTTP/1.1 408"), "a header trickle was not cut off"
+            for conn in held:
+                conn.close()
+            time.sleep(0.5)
+            assert httpx.get(url + "/api/options", headers=AUTH).status_code == 200
+
+            sock.send("[" * 100_000 + "]" * 100_000)
+            assert "nested" in json.loads(sock.recv(timeout=10))["error"]
+            sock.send(json.dumps({"op": "stop", "run": "r0"}))  # the socket outlived both deadlines
+            assert "r0 is not running" in json.loads(sock.recv(timeout=10))["error"]
+        deep = httpx.post(url + "/api/replay", content="[" * 100_000, headers=AUTH)
+        assert deep.status_code == 400 and "nested too deeply" in deep.json()["error"], deep.text

@@ -36,23 +36,48 @@ def _template_parts(agent_type: str) -> tuple[tuple[str, str | None], ...]:
     return tuple((lit, name) for lit, name, _, _ in Formatter().parse(template_for(agent_type)))
 
 
+@cache
+def _template_patterns(agent_type: str) -> tuple[re.Pattern, re.Pattern]:
+    """The packaged prompt of `agent_type` as two patterns made of the package's text only: up to its question, and
+    from its question's end on. The question, which comes from a file anyone wrote, is never compiled."""
+    before: list[str] = [_CHAT_OPEN]
+    after: list[str] = [r"\??"]
+    part = before
+    for literal, name in _template_parts(agent_type):
+        lead, trail = (r"\s*" if literal[:1].isspace() else ""), (r"\s*" if literal[-1:].isspace() else "")
+        part.append(lead + _flexible(literal) + trail)
+        if name == "question":
+            part = after
+        elif name is not None:
+            part.append(r".*?")
+    return re.compile("".join(before), re.S), re.compile("".join(after) + _CHAT_TURN, re.S)
+
+
+def _match_words(text: str, pos: int, words: list[str]) -> int | None:
+    """Where `words` end when they stand in `text` from `pos` on with any whitespace between them, else None."""
+    for i, word in enumerate(words):
+        if i:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+        if not text.startswith(word, pos):
+            return None
+        pos += len(word)
+    return pos
+
+
 def prompt_end(text: str, question: str) -> int:
-    """Where the packaged prompt of some agent type, around `question`, ends in `text` (0: no prompt found)."""
+    """Where the packaged prompt of some agent type, around `question`, ends in `text` (0: no prompt found).
+    Linear in the text and the question."""
     q = scrub(question).strip()
     if not q:
         return 0
     window = text[: 4 * (len(q) + max(len(template_for(t)) for t in TEMPLATE_FIELDS)) + 1024]  # bounds the match
+    words = q.split()
     for agent_type in TEMPLATE_FIELDS:
-        parts = [_CHAT_OPEN]
-        for literal, name in _template_parts(agent_type):
-            lead, trail = (r"\s*" if literal[:1].isspace() else ""), (r"\s*" if literal[-1:].isspace() else "")
-            parts.append(lead + _flexible(literal) + trail)
-            if name == "question":
-                parts.append(_flexible(q) + r"\??")
-            elif name is not None:
-                parts.append(r".*?")
-        m = re.match("".join(parts) + _CHAT_TURN, window, re.S)
-        if m:
+        head, tail = _template_patterns(agent_type)
+        if (m := head.match(window)) is None or (pos := _match_words(window, m.end(), words)) is None:
+            continue
+        if (m := tail.match(window, pos)) is not None:
             return m.end()
     return 0
 

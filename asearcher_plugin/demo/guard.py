@@ -6,42 +6,31 @@ Three checks, in front of every HTTP request and WebSocket handshake:
   `--allow-host` names). A page on `attacker.example`, re-resolved to 127.0.0.1 (DNS rebinding), is refused.
 - **Origin**: a browser names the page that made a request; a request from another origin (another site, or another
   port of this machine) is refused, so no other page can open the socket or post a file.
-- **Token**: a secret made at each launch and printed in the page's URL (`/?token=...`), as Jupyter does. Opening that
-  URL stores it in a cookie for this port (HttpOnly, SameSite=Strict) and drops it from the address bar; scripts can
-  send it as `?token=` or `Authorization: token ...`. Static files (the page's script and style) need none.
+- **Token**: a secret made at each launch and printed in the page's URL (`/#token=...`; a fragment is never sent to
+  a server). The page keeps it in this tab's `sessionStorage`, which belongs to this origin (scheme, host and port),
+  drops it from the address bar, and sends it as `Authorization: token ...` (and, for the WebSocket, whose handshake
+  takes no header from a page, as the subprotocol `token.<token>`). It is never a cookie: cookies are scoped by host,
+  not port, so a browser would send one to every other server on 127.0.0.1. Scripts send the header or `?token=`.
+  The page itself (`/`) and its script and style need none: they hold no data and no state.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
-import socket
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+from local_retriever.hosts import host_name, is_loopback, served_names
+
+__all__ = ["SUBPROTOCOL", "Access", "Guard", "host_name", "is_loopback"]
+
 OPEN_PATHS = ("/static/",)  # the page's own script and style: no data, no state
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_name(header: str) -> str:
-    """The host of a `Host` header, without its port: `[::1]:8000` -> `::1`, `Example.org:80` -> `example.org`."""
-    try:
-        return (urlsplit("//" + header).hostname or "").lower()
-    except ValueError:  # an unbalanced bracket or a bad port: no host we serve
-        return ""
+OPEN_PAGES = ("/",)  # the page: it holds no data and no token (its script reads the token from the address bar)
+SUBPROTOCOL = "asearcher-demo"  # the WebSocket subprotocol the page asks for, beside `token.<token>`
 
 
 @dataclass(frozen=True)
@@ -51,38 +40,25 @@ class Access:
 
     @classmethod
     def for_bind(cls, bind: str, allow_hosts: tuple[str, ...] = (), token: str | None = None) -> Access:
-        """The hosts a server bound on `bind` answers to: loopback names always; the bound address itself; for a
-        wildcard bind, this machine's names; and whatever the operator allowed."""
-        hosts = set(LOOPBACK_NAMES) | {h.lower().strip("[]") for h in allow_hosts}
-        if bind in ("0.0.0.0", "::", ""):
-            hosts |= {socket.gethostname().lower(), socket.getfqdn().lower()}
-        elif not is_loopback(bind):
-            hosts.add(bind.lower().strip("[]"))
-        return cls(token or secrets.token_urlsafe(24), frozenset(hosts))
-
-    def cookie(self, port: int | None) -> str:
-        return f"asearcher_demo_{port or 0}"
+        """The hosts a server bound on `bind` answers to (`local_retriever.hosts.served_names`): loopback names, the
+        bound address, this machine's names for a wildcard bind, and whatever the operator allowed."""
+        return cls(token or secrets.token_urlsafe(24), served_names(bind, allow_hosts))
 
     def holds_token(self, scope, headers: Headers) -> bool:
         offered = [
             *parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", []),
             headers.get("authorization", "").removeprefix("token ").strip(),
-            _cookie(headers.get("cookie", ""), self.cookie(_port(scope))),
+            *(
+                p.strip().removeprefix("token.")
+                for p in offered_subprotocols(headers)
+                if p.strip().startswith("token.")
+            ),
         ]
         return any(t and hmac.compare_digest(t.encode(), self.token.encode()) for t in offered)
 
 
-def _port(scope) -> int | None:
-    server = scope.get("server")
-    return server[1] if server else None
-
-
-def _cookie(header: str, name: str) -> str:
-    for part in header.split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return ""
+def offered_subprotocols(headers: Headers) -> list[str]:
+    return [p.strip() for p in headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
 
 
 class Guard:
@@ -104,13 +80,6 @@ class Guard:
                 text if scope["path"] == "/" else {"error": text}, status_code=status
             )
             return await response(scope, receive, send)
-        if scope["type"] == "http" and scope["path"] == "/" and b"token=" in scope.get("query_string", b""):
-            # The token moves from the URL (history, screen shares) into a cookie only this port's pages send.
-            response = RedirectResponse("/", status_code=303)
-            response.set_cookie(
-                self.access.cookie(_port(scope)), self.access.token, httponly=True, samesite="strict", path="/"
-            )
-            return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
     def refusal(self, scope, headers: Headers) -> tuple[int, str] | None:
@@ -123,9 +92,13 @@ class Guard:
         origin = headers.get("origin")
         if origin is not None and origin not in (f"http://{host}", f"https://{host}"):
             return 403, f"requests from another origin ({origin[:100]}) are refused: use the demo's own page"
-        if scope["path"].startswith(OPEN_PATHS) or self.access.holds_token(scope, headers):
+        if (
+            scope["path"] in OPEN_PAGES
+            or scope["path"].startswith(OPEN_PATHS)
+            or self.access.holds_token(scope, headers)
+        ):
             return None
         return 403, (
             "this demo needs its access token: open the URL `asearcher demo` printed when it started "
-            "(http://HOST:PORT/?token=...)"
+            "(http://HOST:PORT/#token=...)"
         )

@@ -60,6 +60,8 @@ def read_lines(text: str) -> tuple[list[dict], list[str]]:
             if not isinstance(data, dict) or "question" not in data:
                 raise ValueError("not a trajectory line (no question)")
             rows.append(replay_row(EvalRow.from_json(data)))
+        except RecursionError:  # JSON nested deeper than Python parses
+            problems.append(f"line {n}: JSON nested too deeply")
         except (ValueError, TypeError, AttributeError) as exc:
             problems.append(f"line {n}: {str(exc)[:160] or type(exc).__name__}")
     if len(problems) > MAX_PROBLEMS:

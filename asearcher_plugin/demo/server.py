@@ -27,7 +27,7 @@ from ..config import AgentConfig
 from ..reward import AGREE_NOTE, METRIC_NOTES
 from ..template_check import TEMPLATE_FIELDS
 from .endpoints import Endpoints
-from .guard import Access, Guard, is_loopback
+from .guard import SUBPROTOCOL, Access, Guard, is_loopback
 from .models import Models, choices
 from .redact import redact
 from .replay import read_lines
@@ -107,9 +107,14 @@ def create_app(
         size = int(request.headers.get("content-length") or 0)
         if size > MAX_REPLAY_BYTES:
             raise HTTPException(413, f"file is {size:,} bytes; the page replays files up to {MAX_REPLAY_BYTES:,}")
-        raw = await request.body()
-        if len(raw) > MAX_REPLAY_BYTES:
-            raise HTTPException(413, f"file is over {MAX_REPLAY_BYTES:,} bytes")
+        # read up to the limit and no further: a chunked upload names no size
+        chunks, read = [], 0
+        async for chunk in request.stream():
+            read += len(chunk)
+            if read > MAX_REPLAY_BYTES:
+                raise HTTPException(413, f"file is over {MAX_REPLAY_BYTES:,} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         # Off the event loop: runs and other pages go on while a file is read (the reading is linear in its size).
         rows, problems = await asyncio.to_thread(read_lines, raw.decode("utf-8", errors="replace"))
         if not rows:
@@ -123,7 +128,8 @@ def create_app(
 
     @app.websocket("/ws")
     async def socket(ws: WebSocket):
-        await ws.accept()
+        # the page offers [SUBPROTOCOL, token.<token>]: the answer must name one it offered, never the token
+        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in ws.scope.get("subprotocols", []) else None)
         outbox: asyncio.Queue = asyncio.Queue()
         owner = object()  # this page
 
@@ -161,6 +167,8 @@ def _handle(manager: RunManager, message: dict, owner, send) -> dict | None:
         data = json.loads(text)
     except json.JSONDecodeError:
         return {"type": "rejected", "error": "a message must be JSON"}
+    except RecursionError:
+        return {"type": "rejected", "error": "a message must be JSON nested at most a few hundred levels"}
     if not isinstance(data, dict):
         return {"type": "rejected", "error": "a message must be a JSON object"}
     ref = data.get("ref")
@@ -202,6 +210,18 @@ def serve(
     shown = f"[{host}]" if ":" in host else host
     if host in ("0.0.0.0", "::"):
         shown = "127.0.0.1"
-    url = f"http://{shown}:{port}/?token={access.token}"
+    url = f"http://{shown}:{port}/#token={access.token}"
     print(f"asearcher demo: {url}  (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=4 * MAX_FRAME_CHARS)
+    uvicorn.run(app, host=host, port=port, log_level="warning", **connection_options())
+
+
+def connection_options(header_timeout_s: float = 10.0, max_connections: int = 100, **limits) -> dict:
+    """uvicorn settings bounding connections as the KB server's are (`local_retriever.server.ServerLimits`, whose
+    other fields `limits` may set): headers within `header_timeout_s`, idle keep-alive 5 s, at most
+    `max_connections` open (503 beyond), WebSocket frames of at most 4x MAX_FRAME_CHARS bytes."""
+    from local_retriever.server import ServerLimits, uvicorn_options
+
+    limits = ServerLimits(
+        **{"keep_alive_s": 5.0, **limits}, header_timeout_s=header_timeout_s, max_connections=max_connections
+    )
+    return {**uvicorn_options(limits), "ws_max_size": 4 * MAX_FRAME_CHARS}

@@ -8,6 +8,22 @@ let socket = null;
 let nextRef = 1;
 let metricNotes = {};
 
+// The launch's token, from the URL the server printed (#token=..., or ?token=...). Kept in this tab's
+// sessionStorage, which no other origin (another port of this machine included) can read, and sent as a header,
+// never as a cookie: a browser sends a cookie for 127.0.0.1 to every port of it.
+const TOKEN = (() => {
+  const found = new URLSearchParams(location.hash.slice(1)).get("token") || new URLSearchParams(location.search).get("token");
+  if (found) {
+    sessionStorage.setItem("asearcher-demo-token", found);
+    history.replaceState(null, "", "/");  // out of the address bar, the history and screen shares
+  }
+  return sessionStorage.getItem("asearcher-demo-token") || "";
+})();
+
+function api(path, options = {}) {
+  return fetch(path, { ...options, headers: { ...(options.headers || {}), Authorization: `token ${TOKEN}` } });
+}
+
 function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
@@ -17,7 +33,12 @@ function el(tag, cls, text) {
 
 // ---------- options ----------
 async function loadOptions() {
-  const res = await fetch("/api/options");
+  const res = await api("/api/options");
+  if (res.status === 403) {
+    $("conn").textContent = "this page needs the demo's token: open the URL `asearcher demo` printed";
+    $("conn").className = "conn down";
+    return;
+  }
   const opts = await res.json();
   metricNotes = opts.metric_notes || {};
   const kind = $("model-kind");
@@ -50,7 +71,8 @@ function showModelFields() {
 // ---------- socket ----------
 function connect() {
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  socket = new WebSocket(`${proto}//${location.host}/ws`);
+  // a page cannot give a WebSocket handshake a header: the token goes as a subprotocol the server never echoes
+  socket = new WebSocket(`${proto}//${location.host}/ws`, ["asearcher-demo", `token.${TOKEN}`]);
   socket.onopen = () => { $("conn").textContent = "connected"; $("conn").className = "conn ok"; };
   socket.onclose = () => {
     $("conn").textContent = "disconnected: reload the page";
@@ -187,14 +209,22 @@ function liveCard(runId, req) {
   card.stop.className = "ghost stop";
   card.stop.onclick = () => send({ op: "stop", run: runId });
   card.save = el("a", "ghost", "save .jsonl");
-  card.save.href = `/api/runs/${encodeURIComponent(runId)}/line`;
+  const line = `/api/runs/${encodeURIComponent(runId)}/line`;
+  card.save.href = "#";
   card.save.download = `demo-${runId}.jsonl`;
+  card.save.onclick = async (event) => {  // a link cannot carry the token's header: fetched, then saved
+    event.preventDefault();
+    const blob = await (await api(line)).blob();
+    const link = Object.assign(document.createElement("a"), { href: URL.createObjectURL(blob), download: card.save.download });
+    link.click();
+    URL.revokeObjectURL(link.href);
+  };
   card.save.hidden = true;
   card.reopen = el("button", "ghost reopen", "re-open saved line");
   card.reopen.type = "button";
   card.reopen.hidden = true;
   card.reopen.onclick = async () => {
-    const res = await fetch(card.save.href);
+    const res = await api(line);
     openReplay(await res.text(), `saved run ${runId}`);
   };
   f.close.onclick = () => {
@@ -322,7 +352,7 @@ $("replay-file").addEventListener("change", async () => {
 
 async function openReplay(text, name) {
   $("replay-error").textContent = "";
-  const res = await fetch("/api/replay", { method: "POST", body: text, headers: { "Content-Type": "text/plain" } });
+  const res = await api("/api/replay", { method: "POST", body: text, headers: { "Content-Type": "text/plain" } });
   const data = await res.json();
   if (!res.ok) {
     $("replay-error").textContent = `${name}: ${data.error}`;
