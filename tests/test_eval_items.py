@@ -108,3 +108,26 @@ def test_resume_after_a_crash_mid_write_keeps_every_row(tmp_path, model_server):
     assert sorted(r["id"] for r in rows) == ["test_0", "test_1", "test_2"]
     assert all(r["status"] == "ok" for r in rows) and any(r["id"] == cut_id for r in rows)
     assert json.loads((out / "metrics.json").read_text())["items_ok"] == 3
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (b'{"question": "q", "answer": "a"}\n' + b"[" * 100_000 + b"\n", ":2: JSON nested too deeply"),
+        (b'{"question": "q", "answer": "a"}\n{"question": "\xff\xfe", "answer": "a"}\n', ":2: not UTF-8 text"),
+        (b'{"question": "q", "answer": NaN}\n', ":1: 'answer' holds [nan]"),
+        (b'{"question": "q", "answer": -Infinity}\n', ":1: 'answer' holds [-inf]"),
+        (b'{"question": "q", "answer": ' + b"7" * 5000 + b"}\n", ":1: invalid JSON"),
+        (b"[" * 100_000, ": JSON nested too deeply"),
+    ],
+)
+def test_a_malformed_dataset_file_is_named_not_a_traceback(tmp_path, content, named):
+    """`eval --data-dir` (ASearcher's layout, test.jsonl or test.json): a file anyone wrote fails with its line."""
+    from asearcher_plugin.eval.datasets import asearcher_layout
+
+    name = "test.json" if content.startswith(b"[[") else "test.jsonl"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / name).write_bytes(content)
+    with pytest.raises(DatasetError) as refused:
+        load_datasets([], None, None, None, asearcher_layout(tmp_path, "bad", name.split(".")[0]))
+    assert named in str(refused.value) and name in str(refused.value), str(refused.value)

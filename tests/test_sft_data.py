@@ -99,9 +99,54 @@ def test_rejection_sampling_split_and_reasons(teacher_run, tmp_path):
 def test_bad_input_named(tmp_path, tokenizer):
     (tmp_path / "t.jsonl").write_text(json.dumps({"question": "q"}) + "\n")
     result = run_cli("sft-data", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "o"))
-    assert result.returncode == 2 and "t.jsonl:1: neither an eval row" in result.stderr
+    assert (
+        result.returncode == 2
+        and "t.jsonl:1: neither an eval row" in result.stderr
+        and "Traceback" not in result.stderr
+    )
     with pytest.raises(ValueError, match="x.jsonl:3: 9 tokens, more than --data.max_len 8"):
         TokenSFTDataset([{"input_ids": [1] * 9, "loss_mask": [0] * 8 + [1], "_where": "x.jsonl:3"}], tokenizer, 8)
+
+
+def test_malformed_rows_fail_alone_named_and_the_good_ones_are_written(teacher_run, tmp_path):
+    """A trajectories file is data from anyone: each bad row is one line naming file, line and field, exit 2, and
+    the readable rows are still written; no out-of-range id reaches train.jsonl."""
+    out, _ = teacher_run
+    good = [line for line in (out / "trajectories.jsonl").read_text().splitlines() if '"status": "ok"' in line][:1]
+    row = json.loads(good[0])
+    seq = row["sequences"][0]
+
+    def variant(**changes):
+        return json.dumps({**row, **changes})
+
+    bad = [
+        (variant(seed="0"), "field 'seed'"),
+        (variant(reward="1"), "field 'reward'"),
+        (variant(sequences={"tokens": [1]}), "field 'sequences'"),
+        (variant(reward=float("inf")), "field 'reward' is inf"),
+        (variant(seed=0).replace('"seed": 0', '"seed": ' + "9" * 5000), "not JSON"),
+        (variant(sequences=[{**seq, "action_ranges": [[1]]}]), "action_ranges[0] is not a [start, end] pair"),
+        (variant(sequences=[{**seq, "action_ranges": [["a", "b"]]}]), "action_ranges[0]"),
+        ("[" * 100_000, "JSON nested too deeply"),
+        (variant(sequences=[{**seq, "tokens": [-5, *seq["tokens"][1:]]}]), "tokens[0] is '-5'"),
+        (variant(sequences=[{**seq, "tokens": [10**30, *seq["tokens"][1:]]}]), "tokens[0]"),
+        ("not a row", "not JSON"),
+    ]
+    path = tmp_path / "t.jsonl"
+    with open(path, "wb") as fh:
+        fh.write((good[0] + "\n").encode())
+        for text, _ in bad:
+            fh.write(text.encode() + b"\n")
+        fh.write(b'{"dataset": "x", "id": "\xff\xfe"}\n')  # not UTF-8
+    result = run_cli("sft-data", str(path), "--out", str(tmp_path / "o"), "--heldout", "0")
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    for n, (_, field) in enumerate(bad, 2):
+        assert any(line.startswith(f"error: {path}:{n}: ") and field in line for line in errors), (n, field, errors)
+    assert any(line.startswith(f"error: {path}:{len(bad) + 2}: not UTF-8") for line in errors)
+    assert "Traceback" not in result.stderr
+    written = [json.loads(line) for line in (tmp_path / "o" / "train.jsonl").read_text().splitlines()]
+    assert written and all(0 <= t < 2**31 for r in written for t in r["input_ids"])  # the good row, kept
 
 
 def test_sft_recipe_section_and_refusals(tmp_path):

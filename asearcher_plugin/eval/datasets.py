@@ -12,6 +12,7 @@ per-question results line up with ASearcher's own output files.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 BUILTIN = {"sample": "the questions on the bundled Wikipedia sample (local_retriever/data/sample_questions.jsonl)"}
@@ -115,9 +116,15 @@ def _records(path: Path):
     """(line or item number, row) pairs; a `.json` file may hold one JSON array (ASearcher's `test.json`)."""
     if path.suffix == ".json" and _starts_with_array(path):
         try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
+            rows = json.loads(path.read_bytes().decode("utf-8"))
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except UnicodeDecodeError as exc:
+            raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        except RecursionError:
+            raise DatasetError(f"{path}: JSON nested too deeply") from None
+        except ValueError as exc:  # e.g. a number too long to read
+            raise DatasetError(f"{path}: invalid JSON ({str(exc)[:100]})") from None
         if not isinstance(rows, list):
             raise DatasetError(f"{path}: expected a JSON array of objects")
         yield from enumerate(rows, 1)
@@ -131,18 +138,25 @@ def _records(path: Path):
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield i, row
         return
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            if not raw.strip():
                 continue
             try:
-                yield i, json.loads(line)
+                row = json.loads(raw.decode("utf-8"))
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{path}:{i}: not UTF-8 text (byte {exc.start} of the line)") from None
+            except RecursionError:
+                raise DatasetError(f"{path}:{i}: JSON nested too deeply") from None
+            except ValueError as exc:  # e.g. a number too long to read
+                raise DatasetError(f"{path}:{i}: invalid JSON ({str(exc)[:100]})") from None
+            yield i, row
 
 
 def _starts_with_array(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8", errors="replace") as fh:  # a sniff: bad bytes are named when read
         head = fh.read(4096).lstrip("\ufeff \t\r\n")
     return head.startswith("[")
 
@@ -184,6 +198,8 @@ def _question_and_answers(row, where: str, qk: str | None, ak: str | None) -> tu
         answers = [answers]  # GAIA-style numeric answers are kept as their text
     if not isinstance(answers, list) or not answers:
         raise DatasetError(f"{where}: {a_key!r} must be a string or a non-empty list")
+    if any(isinstance(a, float) and not math.isfinite(a) for a in answers):
+        raise DatasetError(f"{where}: {a_key!r} holds {answers!r:.60}: a gold answer is text or a finite number")
     if problem := text_problem(row[q_key], q_key) or (f"{a_key!r} holds a null" if None in answers else None):
         raise DatasetError(f"{where}: {problem}")  # str() would make it the text "None"
     return str(row[q_key]), [str(a) for a in answers]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 
 from ..agent.text_turns import turn_spans
 from ..records import EvalRow
@@ -55,7 +56,7 @@ def render_markdown(metrics: dict) -> str:
     ]
     for d, name, n, avg, avg_ci, pas, pas_ci in _metric_rows(metrics):
         lines.append(
-            f"| {d} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |"
+            f"| {_md_cell(d)} | {name} | {n} | {avg:.3f} | {avg_ci[0]:.3f}-{avg_ci[1]:.3f} | {pas:.3f} | {pas_ci[0]:.3f}-{pas_ci[1]:.3f} |"
         )
     overall = metrics["datasets"].get("overall", {}).get("distributions", {})
     if overall:
@@ -65,12 +66,19 @@ def render_markdown(metrics: dict) -> str:
                 lines.append(f"| {key} | {d['mean']:.2f} | {d['p50']:.0f} | {d['p90']:.0f} | {d['max']:.0f} |")
     if metrics.get("card"):
         lines += ["", "## Eval card", "", "| field | value |", "|---|---|"]
-        lines += [f"| {field} | {_md_cell(value)} |" for field, value in card_rows(metrics["card"])]
+        lines += [f"| {_md_cell(field)} | {_md_cell(value)} |" for field, value in card_rows(metrics["card"])]
     return "\n".join(lines) + "\n"
 
 
+_MD_SPECIAL = re.compile(r"([\\`*\[\]()!|~])")
+
+
 def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown table cell, shown as written: dataset names and card values come from files anyone wrote,
+    so no link, image, emphasis, HTML tag or cell break of theirs is rendered."""
+    text = " ".join(str(value).split())  # newlines end a table row
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _card_html(card: dict | None) -> str:

@@ -29,6 +29,13 @@ def sft_data(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(render(manifest))
+    for problem in manifest["rows_unreadable"][:20]:
+        typer.echo(f"error: {problem} (row skipped)", err=True)
+    if len(manifest["rows_unreadable"]) > 20:
+        typer.echo(f"error: ... and {len(manifest['rows_unreadable']) - 20} more rows skipped", err=True)
+    if manifest["rows_unreadable"]:
+        typer.echo("the readable rows were written; fix or drop the rows above and run again", err=True)
+        raise typer.Exit(2)
     if not manifest["sequences_written"].get("train"):
         typer.echo("error: no training sequence was kept (see the reasons above)", err=True)
         raise typer.Exit(1)

@@ -73,40 +73,114 @@ def trajectory_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def read_candidates(path: Path) -> list[Candidate]:
+MAX_TOKEN_ID = 2**31 - 1  # any vocabulary's ids fit; a negative or larger one is not a token
+
+
+class RowProblem(ValueError):
+    """One row that cannot be read: its field and what was wrong. The row is skipped; the rest are kept."""
+
+
+def _field(row: dict, name: str, kinds: tuple[type, ...], default=None, required: bool = False):
+    if name not in row or row[name] is None:
+        if required:
+            raise RowProblem(f"field {name!r} is missing")
+        return default
+    value = row[name]
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise RowProblem(f"field {name!r} is {type(value).__name__} {str(value)[:40]!r}, not {kinds[0].__name__}")
+    if isinstance(value, float) and value != value and float in kinds and name != "reward":
+        raise RowProblem(f"field {name!r} is NaN")
+    if isinstance(value, float) and abs(value) == float("inf"):
+        raise RowProblem(f"field {name!r} is {value}")
+    return value
+
+
+def _int(value, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RowProblem(f"{what} is {str(value)[:40]!r}, not an integer in [{low}, {high}]")
+    return value
+
+
+def _sequences(row: dict) -> list[dict] | None:
+    seqs = _field(row, "sequences", (list,))
+    if seqs is None:
+        return None
+    for i, seq in enumerate(seqs):
+        if not isinstance(seq, dict):
+            raise RowProblem(f"field 'sequences'[{i}] is {type(seq).__name__}, not an object")
+        tokens = seq.get("tokens")
+        if not isinstance(tokens, list):
+            raise RowProblem(f"field 'sequences'[{i}].tokens is not a list of token ids")
+        for j, t in enumerate(tokens):
+            _int(t, f"field 'sequences'[{i}].tokens[{j}]", 0, MAX_TOKEN_ID)
+        ranges = seq.get("action_ranges") or []
+        if not isinstance(ranges, list):
+            raise RowProblem(f"field 'sequences'[{i}].action_ranges is not a list of [start, end]")
+        for j, span in enumerate(ranges):
+            if not isinstance(span, list) or len(span) != 2:
+                raise RowProblem(f"field 'sequences'[{i}].action_ranges[{j}] is not a [start, end] pair")
+            start, end = (_int(v, f"field 'sequences'[{i}].action_ranges[{j}]", 0, len(tokens)) for v in span)
+            if start >= end:
+                raise RowProblem(f"field 'sequences'[{i}].action_ranges[{j}] {span} is empty or reversed")
+    return seqs
+
+
+def _candidate(row, where: str, order: int) -> tuple[tuple, Candidate]:
+    if not isinstance(row, dict):
+        raise RowProblem(f"a row is a JSON object, not {type(row).__name__}")
+    if "id" in row and "dataset" in row:  # asearcher eval
+        dataset, qid = _field(row, "dataset", (str,), required=True), _field(row, "id", (str, int), required=True)
+        question_id = f"{dataset}/{qid}"
+        seed = _int(_field(row, "seed", (int,), default=0), "field 'seed'", 0, MAX_TOKEN_ID)
+    elif "prompt" in row:  # asearcher rollout: one row per sample, no ids
+        question_id, seed = f"prompt/{_field(row, 'prompt', (str,), required=True)}", order
+    else:
+        raise RowProblem("neither an eval row (dataset, id) nor a rollout row (prompt)")
+    reward = _field(row, "reward", (int, float))
+    cand = Candidate(
+        question_id=question_id,
+        seed=seed,
+        reward=float("nan") if reward is None else float(reward),
+        truncated=_field(row, "truncated", (bool,), default=False),
+        sequences=_sequences(row),
+        where=where,
+        status=_field(row, "status", (str,), default="ok"),
+    )
+    key = (question_id, seed) if "id" in row else (question_id, seed, "rollout")
+    return key, cand
+
+
+def read_candidates(path: Path, problems: list[str] | None = None) -> list[Candidate]:
     """Eval rows (`dataset`, `id`, `seed`, `status`) and rollout rows (`prompt`); a retried eval item counts once,
-    by its scored attempt."""
+    by its scored attempt. A row that cannot be read is skipped and named in `problems` (`file:line: field ...`);
+    a last line cut by a crash is skipped quietly, as the eval reader does."""
+    problems = [] if problems is None else problems
     by_key: dict[tuple, Candidate] = {}
     order = 0
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    lines = path.read_bytes().split(b"\n")
+    for line_no, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         where = f"{path}:{line_no}"
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash, as the eval reader skips it
-        if not isinstance(row, dict):
-            raise SFTDataError(f"{where}: a row is a JSON object, not {type(row).__name__}")
-        if "id" in row and "dataset" in row:  # asearcher eval
-            qid, seed = f"{row['dataset']}/{row['id']}", int(row.get("seed", 0))
-        elif "prompt" in row:  # asearcher rollout: one row per sample, no ids
-            qid, seed = f"prompt/{row['prompt']}", order
-        else:
-            raise SFTDataError(f"{where}: neither an eval row (dataset, id) nor a rollout row (prompt)")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RowProblem(f"not UTF-8 text (byte {exc.start})") from None
+            try:
+                row = json.loads(line)
+            except RecursionError:
+                raise RowProblem("JSON nested too deeply") from None
+            except ValueError as exc:  # JSONDecodeError, and numbers too long to read
+                if line_no == len(lines):  # the last line, without its newline: cut by a crash
+                    continue
+                raise RowProblem(f"not JSON ({str(exc)[:80]})") from None
+            key, cand = _candidate(row, where, order)
+        except RowProblem as exc:
+            problems.append(f"{where}: {exc}")
+            continue
         order += 1
-        status = row.get("status", "ok")
-        cand = Candidate(
-            question_id=qid,
-            seed=seed,
-            reward=float(row["reward"]) if row.get("reward") is not None else float("nan"),
-            truncated=bool(row.get("truncated", False)),
-            sequences=row.get("sequences"),
-            where=where,
-            status=status,
-        )
-        key = (qid, seed) if "id" in row else (qid, seed, "rollout")
-        if key not in by_key or status == "ok":
+        if key not in by_key or cand.status == "ok":
             by_key[key] = cand
     return list(by_key.values())
 
@@ -228,12 +302,14 @@ def build(
     if best_of is not None and best_of < 1:
         raise SFTDataError(f"--best-of {best_of}: at least 1")
     files = trajectory_files(paths)
-    candidates = [c for f in files for c in read_candidates(f)]
+    problems: list[str] = []
+    candidates = [c for f in files for c in read_candidates(f, problems)]
     sel = select(candidates, min_reward, best_of, keep_truncated)
     out = Path(out_dir)
     written = write_dataset(sel, out, heldout, salt, max_len)
     manifest = {
         **sel.summary(),
+        "rows_unreadable": problems,
         "files": {k: str(v) for k, v in written.items()},
         "settings": {
             "min_reward": min_reward,
