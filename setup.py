@@ -82,9 +82,9 @@ setup(
         "ray==2.55.0",  # quickstart, rollout and synth run on Ray; the version OpenRLHF 0.11.2 pins
     ],
     extras_require={
-        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster. flash-attn, which
-        # OpenRLHF's models import, is not here: it builds against the torch already installed, which pip's isolated
-        # build does not see, so it goes in afterwards with `pip install flash-attn --no-build-isolation`.
+        # ray[default] (dashboard, `ray job submit`) only where jobs are submitted to a cluster. OpenRLHF requires
+        # flash-attn==2.8.3, whose build imports torch, which pip's isolated build does not see: torch and flash-attn
+        # go in first, without build isolation, then this extra (scripts/install-gpu.sh; scripts/gpu_install_check.py).
         "train": ["openrlhf==0.11.2", "vllm==0.29.0", "deepspeed", "ray[default]==2.55.0"],
         # `asearcher train --cpu`: OpenRLHF's training on CPU with real vLLM (its CPU build, the version OpenRLHF
         # pins); openrlhf itself goes in with --no-deps and deepspeed without its CUDA ops (scripts/test.sh)
