@@ -62,31 +62,38 @@ def runtime_env_vars(config: RunConfig) -> dict:
     }
 
 
-# Flags naming files the job reads or writes on the cluster.
-PATH_FLAGS = (
-    "--data.prompt_dataset",
-    "--eval.dataset",
-    "--actor.model_name_or_path",
-    "--ckpt.path",
-    "--ckpt.output_dir",
-)
+# Flags naming files the job reads on the cluster (a name that is no local path is a hub name, left alone), and
+# folders it writes (made absolute whether or not they exist yet: they are made by the run).
+PATH_FLAGS = ("--data.prompt_dataset", "--eval.dataset", "--actor.model_name_or_path")
+OUTPUT_FLAGS = ("--ckpt.path", "--ckpt.output_dir")
+# What the job's working directory leaves out when Ray uploads it: runs, caches and environments, not the job's code.
+UPLOAD_EXCLUDES = ["runs/", ".git/", ".venv/", "venv/", "__pycache__/", "*.faiss", "*.sqlite", "*.safetensors"]
 
 
 def ray_job_command(argv: list[str], config: RunConfig) -> str:
     """The same run on a cluster: the config rides in the job's runtime env, the entrypoint installs the scheduler.
 
     The packaged agent file is left for the entrypoint to find where the job runs (this machine's site-packages
-    path means nothing there), and a relative path that exists here is made absolute: the job's working
-    directory is not this one, so the file must be at that path on the cluster's nodes (shared storage)."""
+    path means nothing there). A relative path that exists here, and every output folder, is made absolute: the job
+    runs in Ray's copy of this directory (`working_dir`, uploaded without runs and environments), so the files must
+    be at those paths on the cluster's nodes (shared storage)."""
     argv = list(argv)
     if "--train.agent_func_path" in argv:
         i = argv.index("--train.agent_func_path")
         if argv[i + 1] == agent_path("asearcher_plugin.env"):
             del argv[i : i + 2]
     for i, flag in enumerate(argv[:-1]):
-        if flag in PATH_FLAGS and not os.path.isabs(argv[i + 1]) and os.path.exists(argv[i + 1]):
+        if os.path.isabs(argv[i + 1]):
+            continue
+        if flag in OUTPUT_FLAGS or (flag in PATH_FLAGS and os.path.exists(argv[i + 1])):
             argv[i + 1] = os.path.abspath(argv[i + 1])
-    runtime = json.dumps({"env_vars": {RUN_CONFIG_ENV: config.model_dump_json()}})
+    runtime = json.dumps(
+        {
+            "working_dir": os.getcwd(),
+            "excludes": UPLOAD_EXCLUDES,
+            "env_vars": {RUN_CONFIG_ENV: config.model_dump_json()},
+        }
+    )
     return (
         f"ray job submit --address $RAY_ADDRESS --runtime-env-json {shlex.quote(runtime)} -- "
         f"python -m asearcher_plugin.launch {shlex.join(argv)}"

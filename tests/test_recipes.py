@@ -201,6 +201,13 @@ def test_the_job_command_makes_local_relative_paths_absolute(tmp_path, monkeypat
     argv, config = build_command(BASE, ["openrlhf.data.prompt_dataset=OpenRLHF/prompts"])
     job = shlex.split(ray_job_command(argv, config))
     assert job[job.index("--data.prompt_dataset") + 1] == "OpenRLHF/prompts"
+    # folders the run writes, which do not exist yet, are absolute too; the job runs in a copy of this directory
+    argv, config = build_command(BASE, ["openrlhf.ckpt.path=runs/x/ckpt", "openrlhf.ckpt.output_dir=runs/x/final"])
+    job = shlex.split(ray_job_command(argv, config))
+    assert job[job.index("--ckpt.path") + 1] == str(tmp_path / "runs" / "x" / "ckpt")
+    assert job[job.index("--ckpt.output_dir") + 1] == str(tmp_path / "runs" / "x" / "final")
+    runtime = json.loads(job[job.index("--runtime-env-json") + 1])
+    assert runtime["working_dir"] == str(tmp_path) and "runs/" in runtime["excludes"]
 
 
 def test_the_wheel_ships_the_recipes_and_train_finds_them_by_name(tmp_path):
