@@ -349,7 +349,7 @@ CUT_MARK = "\n[... cut: the page is {total:,} characters; this server's replies 
 def cut_pages(pages: list[dict | None], max_bytes: int) -> list[dict | None]:
     """`pages` whose contents fit one reply of `max_bytes`: each page gets an equal share, and one cut ends with
     `CUT_MARK` saying so (a reader sees that the page goes on, as with `max_page_chunks`)."""
-    share = max(1, max_bytes // 4 // max(1, len(pages)))  # characters: up to 4 bytes each in UTF-8, with room for JSON
+    share = max(1, max_bytes // 6 // max(1, len(pages)))  # characters: JSON writes one in at most 6 bytes (an escape)
     out = []
     for page in pages:
         contents = page.get("contents") if isinstance(page, dict) else None
