@@ -153,6 +153,9 @@ def train(
     except LaunchError as exc:
         typer.echo(f"error: {recipe}: {exc}", err=True)
         raise typer.Exit(2) from None
+    from asearcher_plugin.local_inputs import make_local_inputs
+
+    make_local_inputs(model.openrlhf.get("actor.model_name_or_path"), model.openrlhf.get("data.prompt_dataset"))
     try:
         run_openrlhf(argv, config, cpu=cpu)
     except (RecipeFlagError, LaunchError) as exc:  # refused before any actor starts

@@ -264,3 +264,22 @@ def test_every_option_and_argument_of_every_command_has_help():
         if not getattr(p, "hidden", False) and not getattr(p, "help", None) and p.name != "help"
     ]
     assert bare == []
+
+
+def test_train_cpu_tiny_makes_its_local_inputs_in_a_fresh_folder(tmp_path, monkeypatch):
+    """`asearcher train cpu_tiny --cpu` right after install: the tiny model and the sample prompts the recipe names are
+    made before OpenRLHF starts (OpenRLHF used to stop on the missing prompts file after its start-up)."""
+    from typer.testing import CliRunner
+
+    from asearcher_plugin import launch
+    from asearcher_plugin.cli import app
+
+    started = []
+    monkeypatch.setattr(launch, "run_openrlhf", lambda argv, config, cpu=False: started.append(cpu))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", "cpu_tiny", "--cpu"])
+    assert result.exit_code == 0, result.output
+    assert started == [True]
+    prompts = (tmp_path / "runs" / "sample_prompts.jsonl").read_text().splitlines()
+    assert prompts and all("question" in json.loads(line) for line in prompts)
+    assert (tmp_path / "runs" / "tiny-model" / "config.json").is_file()
