@@ -48,11 +48,7 @@ class Access:
         offered = [
             *parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", []),
             headers.get("authorization", "").removeprefix("token ").strip(),
-            *(
-                p.strip().removeprefix("token.")
-                for p in offered_subprotocols(headers)
-                if p.strip().startswith("token.")
-            ),
+            *(p.removeprefix("token.") for p in offered_subprotocols(headers) if p.startswith("token.")),
         ]
         return any(t and hmac.compare_digest(t.encode(), self.token.encode()) for t in offered)
 

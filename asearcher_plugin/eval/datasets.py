@@ -115,16 +115,7 @@ def _resolve(spec: str) -> tuple[Path, str]:
 def _records(path: Path):
     """(line or item number, row) pairs; a `.json` file may hold one JSON array (ASearcher's `test.json`)."""
     if path.suffix == ".json" and _starts_with_array(path):
-        try:
-            rows = json.loads(path.read_bytes().decode("utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
-        except UnicodeDecodeError as exc:
-            raise DatasetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-        except RecursionError:
-            raise DatasetError(f"{path}: JSON nested too deeply") from None
-        except ValueError as exc:  # e.g. a number too long to read
-            raise DatasetError(f"{path}: invalid JSON ({str(exc)[:100]})") from None
+        rows = _parse(path.read_bytes(), path, None)
         if not isinstance(rows, list):
             raise DatasetError(f"{path}: expected a JSON array of objects")
         yield from enumerate(rows, 1)
@@ -142,17 +133,24 @@ def _records(path: Path):
         for i, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
-            try:
-                row = json.loads(raw.decode("utf-8"))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{i}: invalid JSON ({exc.msg})") from None
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"{path}:{i}: not UTF-8 text (byte {exc.start} of the line)") from None
-            except RecursionError:
-                raise DatasetError(f"{path}:{i}: JSON nested too deeply") from None
-            except ValueError as exc:  # e.g. a number too long to read
-                raise DatasetError(f"{path}:{i}: invalid JSON ({str(exc)[:100]})") from None
-            yield i, row
+            yield i, _parse(raw, path, i)
+
+
+def _parse(raw: bytes, path: Path, line: int | None):
+    """The JSON value in `raw` (a whole file when `line` is None, else that line of it), or a DatasetError naming
+    where and what: invalid JSON, bytes that are not UTF-8, nesting deeper than Python parses."""
+    where = f"{path}:{line}" if line is not None else str(path)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        at = f"{path}:{exc.lineno if line is None else line}"
+        raise DatasetError(f"{at}: invalid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. a number too long to read
+        raise DatasetError(f"{where}: invalid JSON ({str(exc)[:100]})") from None
 
 
 def _starts_with_array(path: Path) -> bool:

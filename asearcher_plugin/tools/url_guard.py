@@ -23,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpcore
 import idna
 
+from local_retriever.hosts import is_ip
+
 METADATA_HOSTS = {"metadata.google.internal", "metadata", "instance-data"}
 # Not global by RFC 8215 though Python < 3.12 says it is; where its IPv4 sits depends on the local prefix.
 _LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
@@ -116,7 +118,7 @@ async def guard(url: str, allow_hosts: Iterable[str] = frozenset()) -> Target:
         (parts.scheme, netloc + (f":{port}" if port is not None else ""), parts.path, parts.query, parts.fragment)
     )
     try:
-        addresses = [host] if _is_ip(host) else await resolve(host, port or (443 if parts.scheme == "https" else 80))
+        addresses = [host] if is_ip(host) else await resolve(host, port or (443 if parts.scheme == "https" else 80))
     except socket.gaierror as exc:
         raise BlockedURL(f"cannot resolve {host[:200]!r}: {exc.strerror}") from None
     except (UnicodeError, ValueError, OSError) as exc:
@@ -137,14 +139,6 @@ async def guard(url: str, allow_hosts: Iterable[str] = frozenset()) -> Target:
 async def check_url(url: str, allow_hosts: Iterable[str] = frozenset()) -> str:
     """The URL to fetch if `url` may be fetched (host in its checked form), else raises BlockedURL."""
     return (await guard(url, allow_hosts)).url
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-        return True
-    except ValueError:
-        return False
 
 
 def _allowed_form(host: str) -> str:
