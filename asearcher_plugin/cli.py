@@ -153,6 +153,14 @@ def train(
     except LaunchError as exc:
         typer.echo(f"error: {recipe}: {exc}", err=True)
         raise typer.Exit(2) from None
+    if cpu:  # before the tiny model is built: a missing extra is one line, not a model written first
+        from asearcher_plugin.openrlhf.cpu import HarnessMissing, check_installed
+
+        try:
+            check_installed()
+        except HarnessMissing as exc:
+            typer.echo(f"error: {recipe}: {exc}", err=True)
+            raise typer.Exit(2) from None
     from asearcher_plugin.local_inputs import make_local_inputs
 
     make_local_inputs(model.openrlhf.get("actor.model_name_or_path"), model.openrlhf.get("data.prompt_dataset"))
