@@ -143,9 +143,19 @@ def train(
             )
             typer.echo(ray_job_command(argv, config))
             return
+        checked = model.check()
+        fit = checked.fit()
         if dry_run:
-            typer.echo(model.check().summary())
-            typer.echo(f"{model.source}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
+            typer.echo(checked.summary())
+            if not fit.problems:
+                typer.echo(f"{model.source}: {len(argv)} arguments accepted by OpenRLHF's parser and checks")
+        else:
+            for warning in fit.warnings:
+                typer.echo(f"warning: {recipe}: {warning}", err=True)
+        if fit.problems:  # before anything starts: OpenRLHF would wait on a placement group or fail at load
+            typer.echo(f"error: {recipe}: does not fit: " + "; ".join(fit.problems), err=True)
+            raise typer.Exit(2)
+        if dry_run:
             return
     except RecipeError as exc:  # names the file and the field
         typer.echo(f"error: {exc}", err=True)

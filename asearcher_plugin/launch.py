@@ -100,6 +100,22 @@ def ray_job_command(argv: list[str], config: RunConfig) -> str:
     )
 
 
+def check_cluster_gpus(args) -> None:
+    """Refuses flags that ask for more GPUs than the Ray cluster has: OpenRLHF would wait on a placement group."""
+    import ray
+
+    from .openrlhf.fit import describe, gpus_asked
+
+    asked = gpus_asked(args)
+    have = ray.cluster_resources().get("GPU", 0)
+    if sum(asked.values()) > have:
+        ray.shutdown()
+        raise LaunchError(
+            f"the flags ask for {sum(asked.values())} GPUs ({describe(asked)}) and the Ray cluster has {have:g}: "
+            "OpenRLHF would wait for a placement group forever"
+        )
+
+
 def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     """Checks the flags with OpenRLHF's own parser, starts Ray, installs the scheduler, runs `train()`.
 
@@ -133,6 +149,7 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
 
     if not ray.is_initialized():  # OpenRLHF then skips its own ray.init
         ray.init(runtime_env={"env_vars": env}, **resources)
+    check_cluster_gpus(args)
     if settings is not None:
         from .openrlhf.streaming import install
 

@@ -30,7 +30,8 @@ class RecipeError(ValueError):
 
 
 class Resources(BaseModel):
-    """What a run needs, for people choosing a recipe; nothing reads it to place work."""
+    """What a run needs: `--dry-run` and `train` check the flags' GPUs and memory estimates against it
+    (`openrlhf/fit.py`); Ray places the work on whatever cluster it runs on."""
 
     model_config = ConfigDict(extra="forbid")
     nodes: int | None = Field(None, ge=1)
@@ -48,9 +49,22 @@ class CheckedRecipe(BaseModel):
     args: object
     scheduler: SchedulerConfig | None  # None: OpenRLHF's own generator runs (no async, or scheduler.enable false)
     agent: AgentConfig | None = None
+    resources: Resources | None = None
+
+    def fit(self):
+        """The GPUs the flags ask for and the memory estimates against `resources` (`openrlhf/fit.py`)."""
+        from .openrlhf.fit import check_fit
+
+        n = self.args.rollout.n_samples_per_prompt
+        return check_fit(
+            self.args,
+            self.resources,
+            per_call=self.agent is not None and self.agent.training_sequences == "per_call",
+            in_flight=self.scheduler.max_concurrent * n if self.scheduler else None,
+        )
 
     def summary(self) -> str:
-        return "\n".join(line for line in (self._streaming(), self._budgets()) if line)
+        return "\n".join(line for line in (self._streaming(), self._budgets(), self.fit().summary()) if line)
 
     def _budgets(self) -> str:
         if self.agent is None:
@@ -182,7 +196,7 @@ class Recipe(BaseModel):
             if isinstance(exc, RecipeError):
                 raise
             raise RecipeError(f"{self.source}: {exc}") from None
-        return CheckedRecipe(argv=argv, args=args, scheduler=scheduler, agent=self.agent)
+        return CheckedRecipe(argv=argv, args=args, scheduler=scheduler, agent=self.agent, resources=self.resources)
 
 
 def check_run(argv: list[str], scheduler: SchedulerConfig, training_sequences: str = "trajectory"):

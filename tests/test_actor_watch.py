@@ -81,3 +81,29 @@ def test_a_run_started_in_the_background_can_still_be_interrupted(local_ray):
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # put back as it was
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_placement_group_that_cannot_be_placed_ends_the_run_with_what_it_asked(local_ray):
+    """OpenRLHF waits in `ray.get(pg.ready())` for a placement group the cluster cannot hold; the watch ends it after
+    the deadline and names what it asked for and what is free. A group that is placed is never reported."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from asearcher_plugin.actor_watch import ActorWatch
+
+    placed = placement_group([{"CPU": 1}])  # the local cluster has 1 CPU and no GPU
+    ray.get(placed.ready(), timeout=60)
+    watch = ActorWatch(interval=0.2, placement_timeout=1.5)
+    watch.start()
+    started = time.monotonic()
+    try:
+        too_big = placement_group([{"GPU": 1, "CPU": 1}] * 4, strategy="PACK")
+        with pytest.raises(KeyboardInterrupt):
+            ray.get(too_big.ready(), timeout=60)  # where OpenRLHF waits
+    finally:
+        watch.stop()
+    waited = time.monotonic() - started
+    assert waited >= 1.5, waited  # not before the deadline
+    assert watch.failure.startswith("a placement group of 4 bundles (4 GPUs, PACK) has waited "), watch.failure
+    assert "0 GPUs free of 0" in watch.failure and "ASEARCHER_PLACEMENT_TIMEOUT=1.5" in watch.failure
+    remove_placement_group(too_big)
+    remove_placement_group(placed)
