@@ -10,8 +10,8 @@ measurements:
 - an engine holds bf16 weights / tensor parallel, and its KV cache gets `gpu_memory_utilization` x memory minus the
   weights and `ENGINE_OVERHEAD_GB`; vLLM refuses to start when one `data.max_len` sequence does not fit in it;
 - a policy actor holds its model states (ZeRO-3: 16 bytes a parameter split over the actors: bf16 weight and
-  gradient, float32 master weight and Adam's two moments; ZeRO-2: the bf16 weights whole, the rest split), the logits of
-  its largest micro-batch (bf16, the float32 copy OpenRLHF makes in `models/actor.py`, and its gradient: 10 bytes a
+  gradient, float32 master weight and Adam's two moments; ZeRO-2: the bf16 weights whole, the rest split), the logits
+  of its largest micro-batch (bf16, the float32 copy OpenRLHF makes in `models/actor.py`, and its gradient: 10 bytes a
   token and vocabulary entry) and the activations (with gradient checkpointing, each layer's input kept and one layer
   recomputed).
 The lower bound (model states, float32 logits, checkpointed inputs) over the memory refuses; the estimate over 90%
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GB = 1e9
-ENGINE_OVERHEAD_GB = 2.0  # vLLM's activations at profiling, CUDA graphs, NCCL buffers (an allowance, not a measurement)
+ENGINE_OVERHEAD_GB = 2.0  # vLLM's activations at profiling, CUDA graphs, NCCL buffers: an allowance, not measured
 TIGHT = 0.9  # an estimate above this share of a GPU's memory is reported as tight
 
 
@@ -182,7 +182,8 @@ def _engine_memory(fit: Fit, args, shape: ModelShape, memory: float, in_flight: 
     kv_token = 2 * shape.layers * max(shape.kv_heads / tp, 1) * shape.dim * 2  # K and V, bf16, this GPU's heads
     budget = memory * float(args.vllm.gpu_memory_utilization)
     tokens = max(0.0, (budget - weights - ENGINE_OVERHEAD_GB) * GB / kv_token)
-    fit.memory.append(("vLLM weights", weights, f"{shape.params / 1e9:.1f}B parameters in bf16 / tensor parallel {tp}"))
+    params = f"{shape.params / 1e9:.1f}B parameters in bf16 / tensor parallel {tp}"
+    fit.memory.append(("vLLM weights", weights, params))
     max_len = int(args.data.max_len)
     held = f"{tokens:,.0f} tokens, {tokens / max_len:.0f} sequences of data.max_len {max_len}"
     if in_flight:  # not a warning: trajectories waiting on tools hold no KV, and vLLM preempts rather than fails
