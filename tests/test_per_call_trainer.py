@@ -201,6 +201,29 @@ def test_a_short_rollout_batch_still_reaches_every_policy_rank(openrlhf):
         every_rank(batches[:1], samples[:1], ranks=2, pad_token_id=0)
 
 
+def test_every_rank_runs_the_same_number_of_forwards(openrlhf):
+    """Under ZeRO-3 each experience forward gathers the parameters collectively: OpenRLHF's dispatch gives ranks
+    ceil(batches / ranks) batches by count, so 5 sample batches on 2 ranks would be 3 forwards against 2, a hang."""
+    from asearcher_plugin.openrlhf.micro_batches import every_rank
+
+    args = args_for("group_norm")
+    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, 2
+    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
+    samples = [
+        openrlhf.Experience(
+            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
+        )
+        for n in range(3, 12)
+    ]
+    batches = openrlhf.Maker.split_rollout_samples(maker, samples)  # 9 samples by 2: 5 batches
+    assert len(batches) == 5
+    out = every_rank(batches, samples, ranks=2, pad_token_id=0)
+    assert len(out) == 6 and all(1 <= len(b.sequences) <= 2 for b in out)  # 3 forwards a rank, none larger
+    assert [int(row[0]) for b in out for row in b.sequences] == list(range(3, 12))  # every sample once, in order
+    few = every_rank(batches[:3], samples[:3], ranks=2, pad_token_id=0)  # 3 samples: 2 slices, not 4
+    assert [len(b.sequences) for b in few] == [1, 2]
+
+
 def test_the_gradient_of_a_step_split_by_tokens_equals_the_unsplit_one(tiny_model):
     """OpenRLHF's Actor and PolicyLoss on the tiny model; DeepSpeed's backward divides by its accumulation steps G,
     as here. One step of 6 sequences trained as one micro-batch and as the budget cuts it (k > 1 micro-batches): the

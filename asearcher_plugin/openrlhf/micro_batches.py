@@ -194,10 +194,16 @@ def rank_shares(experiences: list, ranks: int) -> list:
 
 
 def every_rank(sample_batches: list, samples: list, ranks: int, pad_token_id: int) -> list:
-    """OpenRLHF's sample batches for the models' forward, at least one per policy rank: its dispatch refuses fewer
-    batches than ranks, and a rollout batch may hold fewer samples than a full one (groups that failed alone, the
-    data's end). Then the batch's samples are cut into `ranks` sample batches of near-equal counts instead."""
-    if len(sample_batches) >= ranks:
+    """OpenRLHF's sample batches for the models' forward, the same number on every policy rank.
+
+    OpenRLHF's dispatch hands the batches out by count, `ceil(batches / ranks)` to a rank (`launcher.py`,
+    `async_run_method_batch`): 5 batches on 2 ranks are 3 forwards on one and 2 on the other. Under ZeRO-3 every
+    forward gathers the parameters collectively, so the rank with fewer forwards leaves the other waiting forever.
+    A rollout batch's sample count varies (per-call sequences, groups filtered or failed alone, the data's end), and
+    fewer batches than ranks stops the dispatch outright. So a count that is not a multiple of `ranks` is re-cut into
+    the next multiple of consecutive slices of near-equal sample counts (one sample more than
+    `rollout.micro_batch_size` in a slice only when there are too few samples for the next multiple)."""
+    if sample_batches and len(sample_batches) % ranks == 0:
         return sample_batches
     if len(samples) < ranks:
         raise MicroBatchError(
@@ -206,5 +212,7 @@ def every_rank(sample_batches: list, samples: list, ranks: int, pad_token_id: in
         )
     from openrlhf.trainer.ppo_utils.experience import Experience
 
-    bounds = [r * len(samples) // ranks for r in range(ranks + 1)]
+    count = min(-(-len(sample_batches) // ranks) * ranks, len(samples) // ranks * ranks)
+    count = max(count, ranks)
+    bounds = [i * len(samples) // count for i in range(count + 1)]
     return [Experience.concat_experiences(samples[a:b], pad_token_id) for a, b in zip(bounds, bounds[1:])]

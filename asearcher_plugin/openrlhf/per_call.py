@@ -22,6 +22,8 @@ sample per trajectory, and each gets a hook here, installed with the streaming s
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .micro_batches import cost, every_rank, ordered_micro_batches, plan_update, rank_shares
@@ -90,19 +92,26 @@ def compute_per_trajectory(maker, experiences, original):
 
 
 def policy_ranks(group) -> int:
-    """The data-parallel policy ranks of OpenRLHF's actor group, counted as its batch dispatch counts them (ring
-    attention and tensor-parallel copies of a rank share its data)."""
+    """The data-parallel ranks of an OpenRLHF actor group (policy, reference, critic), counted as its batch dispatch
+    counts them (ring attention and tensor-parallel copies of a rank share its data)."""
     return len(group._actor_handlers) // group.duplicate_actors
 
 
+def forward_ranks(maker) -> int:
+    """The batch count every model group's dispatch splits evenly: the least common multiple of their ranks."""
+    groups = (maker.actor_model_group, maker.critic_model_group, maker.initial_model_group)
+    return math.lcm(*(policy_ranks(g) for g in groups if g is not None))
+
+
 class EveryRankSamples:
-    """Mixed into OpenRLHF's async `TrainingActor`: a rollout batch smaller than a full one still reaches every
-    policy rank (`micro_batches.every_rank`), where OpenRLHF's dispatch would stop the run."""
+    """Mixed into OpenRLHF's async `TrainingActor`: every rank of every model group runs the same number of
+    experience forwards (`micro_batches.every_rank`), where OpenRLHF's dispatch would stop the run on a short batch
+    or, under ZeRO-3, leave the ranks waiting on each other."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         maker = self.experience_maker
-        ranks, split = policy_ranks(maker.actor_model_group), maker.split_rollout_samples
+        ranks, split = forward_ranks(maker), maker.split_rollout_samples
         pad = maker.tokenizer.pad_token_id
         maker.split_rollout_samples = lambda samples: every_rank(split(samples), samples, ranks, pad)
 
