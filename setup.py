@@ -18,6 +18,8 @@ CPU_HARNESS = [
     "py-cpuinfo",
     "setuptools>=70",
     "wheel",
+    # OpenRLHF's --logger.tensorboard_dir (torch.utils.tensorboard)
+    "tensorboard",
 ]
 
 # The documentation site (mkdocs.yml, docs/): `pip install -e ".[docs]"`, then `mkdocs serve`

@@ -104,8 +104,25 @@ def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
         "openrlhf.ckpt.max_num=10",  # DeepSpeed keeps all six: the resume test starts from step 2
         f"scheduler.max_staleness={ETA}",
         f"scheduler.max_concurrent={MAX_CONCURRENT}",
+        f"openrlhf.logger.tensorboard_dir={tmp / 'tensorboard'}",
     )
     return tmp
+
+
+SCHEDULER_METRICS = ("in_flight", "capacity", "admitted", "finished", "filtered", "failed", "engines_busy")
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)]} of the event files OpenRLHF's TensorboardLogger wrote under `folder`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = {}
+    for events in folder.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            out[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
+    return out
 
 
 def batches(trace: list[dict]) -> list[dict]:
@@ -167,6 +184,16 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
                 g["admitted_version"] <= f <= last <= r["engine_version"]
                 for f, last in zip(g["first_token_version"], g["last_token_version"])
             )
+
+    # the scheduler's state reached OpenRLHF's tensorboard logger at every step; the engines' weight version is the
+    # one each batch was generated at (the trace's)
+    scalars = tensorboard_scalars(async_run / "tensorboard")
+    for name in (*SCHEDULER_METRICS, "engine_version"):
+        assert [step for step, _ in scalars.get(f"train/scheduler_{name}", [])] == list(range(1, 7)), name
+    engine_versions = [value for _, value in scalars["train/scheduler_engine_version"]]
+    assert engine_versions == [r["engine_version"] for r in trace]
+    assert all(0 <= v <= MAX_CONCURRENT for _, v in scalars["train/scheduler_in_flight"])
+    assert all(v >= BATCH for _, v in scalars["train/scheduler_admitted"])
 
     # checkpoints after every step and the final model
     assert {p.name for p in (async_run / "ckpt" / "_actor").iterdir()} >= {f"global_step{i}" for i in range(1, 7)}

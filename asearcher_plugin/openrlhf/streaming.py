@@ -294,12 +294,12 @@ class StreamingSamplesGenerator(SamplesGenerator):
             groups = []
         train_version = self._handed_out
         samples, turn_versions, trajectories = [], {}, 0
-        outage = self._outage_totals(sched)
+        metrics = {**self._outage_totals(sched), **self._scheduler_state(sched, version)}
         for j, g in enumerate(groups):
             for e in g.samples:
                 e.info["policy_version_admitted"] = _tensor(g.admitted_version)
                 e.info["staleness"] = _tensor(train_version - g.admitted_version)
-                for key, value in outage.items():
+                for key, value in metrics.items():
                     e.info[key] = _tensor(value)
                 turn_versions.setdefault(g.index, []).append(self._mark_stale_turns(e, train_version))
                 if self.per_call:  # which trajectory and group each sequence is, for the trainer's advantages
@@ -352,6 +352,19 @@ class StreamingSamplesGenerator(SamplesGenerator):
             "outage_seconds": round(self._breaker.outage_seconds, 1),
             "outage_groups_rerun": self.totals["outage_reruns"] + sched.stats["outage_reruns"],
             "outage_trajectories_discarded": self.totals["outage_discarded"] + sched.stats["outage_discarded"],
+        }
+
+    def _scheduler_state(self, sched, version: int) -> dict:
+        """The scheduler as the batch leaves it, for OpenRLHF's metrics (its log line, wandb, tensorboard): groups
+        in flight and the staleness bound's capacity now, this episode's admitted, finished, filtered and failed
+        groups, the engines with a group of this generator, the engines' weight version."""
+        return {
+            "scheduler_in_flight": len(sched.in_flight()),
+            "scheduler_capacity": sched.capacity(),
+            "scheduler_admitted": sched.admitted,
+            **{f"scheduler_{key}": sched.stats[key] for key in ("finished", "filtered", "failed", "stale_restarted")},
+            "scheduler_engines_busy": sum(1 for n in self.engine_groups if n),
+            "scheduler_engine_version": version,
         }
 
     def _end_episode(self):
