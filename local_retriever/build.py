@@ -56,6 +56,7 @@ class BuildOptions:
     keep_embeddings: bool = False
     force: bool = False
     progress: bool = True
+    device: str | None = None  # the encoder's: None is cuda when torch sees one, else cpu
 
 
 def ensure_sample_kb(out: Path) -> Path:
@@ -285,7 +286,7 @@ def _build_dense(
         shard_dir.mkdir(parents=True)
         write_durable(fp_path, json.dumps(shards_fp).encode())
 
-    encoder = Encoder(encoder_cfg)
+    encoder = Encoder(encoder_cfg, device=opts.device)
     bar = tqdm(total=len(store), desc="encoding", unit=" passage", disable=not opts.progress)
     shards = encode_shards(
         lambda a, b: store.texts(a, b),

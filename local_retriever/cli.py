@@ -74,6 +74,9 @@ def build(
     strict: bool = typer.Option(False, help="stop at the first malformed line instead of skipping it"),
     keep_embeddings: bool = typer.Option(False, help="keep the embedding shards after the index is built"),
     force: bool = typer.Option(False, help="replace OUT if it exists"),
+    device: str | None = typer.Option(
+        None, help="the encoder's device: cpu, cuda or cuda:N [default: cuda when torch sees one, else cpu]"
+    ),
 ):
     """Build a knowledge base. Resumable: re-run the same command after a crash."""
     from .build import BuildOptions, build_kb
@@ -106,6 +109,7 @@ def build(
         pages_jsonl=pages,
         keep_embeddings=keep_embeddings,
         force=force,
+        device=device,
     )
     try:
         manifest, report = build_kb(src, out, fmt.value, opts)  # type: ignore[arg-type]
@@ -152,6 +156,12 @@ def serve(
     nprobe: int | None = typer.Option(None, help="IVF nprobe (recall vs speed)"),
     mmap_index: bool = typer.Option(False, help="memory-map the FAISS index instead of reading it into RAM"),
     int8_queries: bool = typer.Option(False, help="encode queries with an int8-quantised encoder (CPU, ~2.5x faster)"),
+    device: str = typer.Option(
+        "cpu", help="the query encoder's device: cpu, cuda or cuda:N (never a GPU unless named: training may use it)"
+    ),
+    faiss_gpu: bool = typer.Option(
+        False, help="search on every GPU FAISS sees (Flat or IVF indexes; needs a GPU build of faiss)"
+    ),
     threads: int | None = typer.Option(
         None, help="CPU threads for the encoder and FAISS together, split between the two (default: all cores)"
     ),
@@ -210,6 +220,8 @@ def serve(
             nprobe=nprobe,
             mmap_index=mmap_index,
             int8_queries=int8_queries,
+            device=device,
+            faiss_gpu=faiss_gpu,
         )  # type: ignore[arg-type]
     except (FileNotFoundError, ValueError, PortInUse) as exc:
         _fail(str(exc))

@@ -81,6 +81,21 @@ def _auto_pooling(model_dir: str) -> str:
     return "mean"
 
 
+def check_device(device: str) -> str:
+    """`cpu`, `cuda` or `cuda:N`, refused with a reason when this torch cannot use it."""
+    import torch
+
+    if device == "cpu":
+        return device
+    if not device.startswith("cuda") or not (device == "cuda" or device[5:].isdigit() and device[4] == ":"):
+        raise ValueError(f"--device {device!r}: use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch ({torch.__version__}) sees no CUDA device")
+    if device != "cuda" and int(device[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA devices")
+    return device
+
+
 class Encoder:
     def __init__(self, config: EncoderConfig | None = None, device: str | None = None):
         import torch
@@ -89,7 +104,7 @@ class Encoder:
         self.config = config or EncoderConfig()
         path = self.config.resolved_model()
         self.pooling = _auto_pooling(path) if self.config.pooling == "auto" else self.config.pooling
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = check_device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path).to(self.device).eval()
         if self.device != "cpu":

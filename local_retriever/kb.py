@@ -39,6 +39,7 @@ class KnowledgeBase:
         mmap_index: bool = False,
         device: str | None = None,
         int8_queries: bool = False,
+        faiss_gpu: bool = False,
     ):
         self.dir = Path(kb_dir)
         self.manifest = Manifest.load(self.dir)
@@ -53,7 +54,7 @@ class KnowledgeBase:
             from .dense import DenseIndex
             from .encoder import Encoder
 
-            self.dense = DenseIndex(self.dir / self.manifest.dense_index, ef_search, nprobe, mmap_index)
+            self.dense = DenseIndex(self.dir / self.manifest.dense_index, ef_search, nprobe, mmap_index, faiss_gpu)
             self.encoder = Encoder(self.manifest.encoder, device=device)
             if int8_queries:
                 self.encoder.quantize_int8()

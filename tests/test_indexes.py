@@ -138,3 +138,44 @@ def test_retrievers_on_the_sample_kb(sample_kb):
     assert "Albert Einstein" in [row["title"] for row, _ in stemmed]
     assert bm25.search(["the of and"], 3) == [[]]
     bm25.close()
+
+
+def test_the_encoder_device_is_named_never_taken(encoder, monkeypatch):
+    """`kb serve` encodes on the CPU unless told otherwise: a KB beside training must not take cuda:0 by itself.
+    A device this torch cannot use is refused with the reason."""
+    import torch
+
+    from local_retriever.encoder import check_device
+
+    assert encoder.device == "cpu"  # no GPU here; with one, Encoder() alone would take it (kb build's default)
+    assert check_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match=r"--device 'gpu0': use cpu, cuda or cuda:N"):
+        check_device("gpu0")
+    with pytest.raises(ValueError, match=r"--device cuda:0: this torch .* sees no CUDA device"):
+        check_device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert check_device("cuda:1") == "cuda:1"
+    with pytest.raises(ValueError, match="this machine has 2 CUDA devices"):
+        check_device("cuda:2")
+
+
+def test_kb_serve_defaults_to_the_cpu_and_refuses_a_gpu_it_cannot_use(sample_kb):
+    import subprocess
+    import sys
+
+    from local_retriever.cli import serve
+
+    defaults = {p.name: p.default for p in __import__("inspect").signature(serve).parameters.values()}
+    assert defaults["device"].default == "cpu" and defaults["faiss_gpu"].default is False
+    for flags, reason in (
+        (["--device", "cuda"], "--device cuda: this torch"),
+        (["--faiss-gpu"], f"--faiss-gpu: this faiss ({faiss.__version__}) is built without GPU support"),
+    ):
+        ran = subprocess.run(
+            [sys.executable, "-m", "asearcher_plugin.cli", "kb", "serve", str(sample_kb), "--port", "0", *flags],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert ran.returncode != 0 and reason in ran.stdout + ran.stderr, ran.stdout + ran.stderr
