@@ -144,19 +144,16 @@ def micro_batch_tokens(args, per_call: bool) -> int:
     return int(args.train.micro_batch_size) * int(args.data.max_len)
 
 
-def check_fit(
-    args, resources, *, per_call: bool = False, in_flight: int | None = None, cluster: tuple[int, int] | None = None
-) -> Fit:
-    """`args`: OpenRLHF's parsed args; `resources`: the recipe's; `in_flight`: trajectories the scheduler admits;
-    `cluster`: (nodes, GPUs a node) of the cluster the run starts on, else the recipe's `resources` (none when
-    it names no GPUs: a --cpu recipe)."""
-    nodes, per_node = cluster or (getattr(resources, "nodes", None) or 1, getattr(resources, "gpus_per_node", None))
-    where = "the cluster" if cluster else "resources:"
+def check_fit(args, resources, *, per_call: bool = False, in_flight: int | None = None) -> Fit:
+    """`args`: OpenRLHF's parsed args; `resources`: the recipe's (GPUs not counted against it when it names none:
+    a --cpu recipe; the launcher counts them against the Ray cluster too); `in_flight`: trajectories the scheduler
+    admits."""
+    nodes, per_node = getattr(resources, "nodes", None) or 1, getattr(resources, "gpus_per_node", None)
     fit = Fit(gpus_asked(args), nodes * per_node if per_node else None)
     if fit.cluster_gpus is not None:
         if fit.gpus_needed > fit.cluster_gpus:
             fit.problems.append(
-                f"the flags ask for {fit.gpus_needed} GPUs ({fit.asked}) and {where} has {nodes} x {per_node}: "
+                f"the flags ask for {fit.gpus_needed} GPUs ({fit.asked}) and resources: has {nodes} x {per_node}: "
                 "OpenRLHF would wait for a placement group forever"
             )
         for role, count in (("vllm.tensor_parallel_size", args.vllm.tensor_parallel_size),
