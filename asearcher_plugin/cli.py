@@ -171,9 +171,14 @@ def train(
         except HarnessMissing as exc:
             typer.echo(f"error: {recipe}: {exc}", err=True)
             raise typer.Exit(2) from None
-    from asearcher_plugin.local_inputs import make_local_inputs
+    from asearcher_plugin.local_inputs import make_local_inputs, missing_local_paths
 
     make_local_inputs(model.openrlhf.get("actor.model_name_or_path"), model.openrlhf.get("data.prompt_dataset"))
+    inputs = ("actor.model_name_or_path", "data.prompt_dataset", "data.eval_dataset")
+    named = {f: model.openrlhf.get(f) for f in inputs}
+    if problems := missing_local_paths({f"openrlhf.{f}": v for f, v in named.items() if isinstance(v, str)}):
+        typer.echo(f"error: {recipe}: " + "; ".join(problems) + " (checked before anything starts)", err=True)
+        raise typer.Exit(2)
     try:
         run_openrlhf(argv, config, cpu=cpu)
     except (RecipeFlagError, LaunchError) as exc:  # refused before any actor starts

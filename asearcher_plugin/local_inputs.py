@@ -25,6 +25,23 @@ def ensure_local_inputs(model: Path, prompts: Path) -> None:
         raise MissingInput(f"model not found: {model} (a local path; no model hub is used)")
 
 
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt")
+
+
+def missing_local_paths(named: dict[str, str | None]) -> list[str]:
+    """{flag: value} -> a line for each value that is a local path and is not there. A value is taken for a hub name
+    (a model or dataset id, `org/name`) when it has one slash, no leading `/`, `.` or `~`, and no data file suffix;
+    the rest must exist where the run starts."""
+    problems = []
+    for flag, value in named.items():
+        if not value or Path(value).expanduser().exists():
+            continue
+        local = value.count("/") != 1 or value.startswith(("/", ".", "~")) or value.endswith(DATA_SUFFIXES)
+        if local:
+            problems.append(f"{flag}: {value} not found (a local path, read from {Path.cwd()})")
+    return problems
+
+
 def make_local_inputs(model: str | Path | None, prompts: str | Path | None) -> None:
     """Makes the tiny model and the sample prompts when those are the paths a recipe names (`asearcher train
     cpu_tiny` in a fresh checkout); any other path, a hub name or a file on shared storage, is left to the trainer."""

@@ -283,3 +283,28 @@ def test_train_cpu_tiny_makes_its_local_inputs_in_a_fresh_folder(tmp_path, monke
     prompts = (tmp_path / "runs" / "sample_prompts.jsonl").read_text().splitlines()
     assert prompts and all("question" in json.loads(line) for line in prompts)
     assert (tmp_path / "runs" / "tiny-model" / "config.json").is_file()
+
+
+def test_train_refuses_a_missing_local_input_before_anything_starts(tmp_path, monkeypatch):
+    """A recipe's prompt file or model folder that is not there is named in one line before Ray starts (OpenRLHF
+    found it missing only after its start-up); a hub name (`org/name`) is left to OpenRLHF."""
+    from typer.testing import CliRunner
+
+    from asearcher_plugin import launch
+    from asearcher_plugin.cli import app
+    from asearcher_plugin.local_inputs import missing_local_paths
+
+    started = []
+    monkeypatch.setattr(launch, "run_openrlhf", lambda argv, config, cpu=False: started.append(cpu))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", "local_7b_1node"])
+    assert result.exit_code == 2 and not started
+    assert "openrlhf.data.prompt_dataset: data/asearcher_base_35k.jsonl not found" in result.output
+    assert "actor.model_name_or_path" not in result.output  # Qwen/Qwen2.5-7B: a hub name
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "asearcher_base_35k.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    assert CliRunner().invoke(app, ["train", "local_7b_1node"]).exit_code == 0 and started == [False]
+    assert missing_local_paths({"m": "./models/mine", "d": "org/data.jsonl", "h": "org/name", "e": None}) == [
+        f"m: ./models/mine not found (a local path, read from {tmp_path})",
+        f"d: org/data.jsonl not found (a local path, read from {tmp_path})",
+    ]
