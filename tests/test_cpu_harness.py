@@ -367,3 +367,33 @@ def test_a_cuda_torchvision_beside_cpu_torch_is_named_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "torchvision" in lines[0] and "operator torchvision::nms" in lines[0], proc.stderr
     assert "pip uninstall -y torchvision" in lines[0] and "scripts/install-cpu-harness.sh" in lines[0]
+
+
+def test_zero3_loading_gives_openrlhfs_update_to_a_generator_of_state_dicts(monkeypatch):
+    """transformers 5.24 converts a checkpoint into state dicts one after another; OpenRLHF 0.11.2's ZeRO-3 wrapper
+    adds the exact-match keys with `.update`. Wrapped, every group and then the added keys are loaded; a
+    transformers that returns a dict (5.15, OpenRLHF's pin) is left alone."""
+    hf_deepspeed = pytest.importorskip("transformers.integrations.deepspeed")
+    from asearcher_plugin.openrlhf.cpu.zero3_loading import StateDictGroups, updatable_state_dict_groups
+
+    def streamed(model, state_dict, weight_mapping):
+        for key, value in state_dict.items():
+            yield {f"converted.{key}": value}
+
+    monkeypatch.setattr(hf_deepspeed, "_apply_weight_conversions_to_state_dict", streamed)
+    updatable_state_dict_groups()
+    wrapped = hf_deepspeed._apply_weight_conversions_to_state_dict
+    assert wrapped is not streamed
+    groups = wrapped(None, {"a": 1, "b": 2}, [])
+    assert isinstance(groups, StateDictGroups)
+    groups.update({"exact": 3})  # what OpenRLHF's wrapper does with the keys it kept out
+    assert list(groups) == [{"converted.a": 1}, {"converted.b": 2}, {"exact": 3}]
+    updatable_state_dict_groups()  # idempotent: not wrapped twice
+    assert hf_deepspeed._apply_weight_conversions_to_state_dict is wrapped
+
+    def as_dict(model, state_dict, weight_mapping):
+        return dict(state_dict)
+
+    monkeypatch.setattr(hf_deepspeed, "_apply_weight_conversions_to_state_dict", as_dict)
+    updatable_state_dict_groups()
+    assert hf_deepspeed._apply_weight_conversions_to_state_dict is as_dict

@@ -80,9 +80,11 @@ def use_cpu() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     from asearcher_plugin.openrlhf.cpu.deepspeed_ops import skip_jit_ops
     from asearcher_plugin.openrlhf.cpu.device_shims import install
+    from asearcher_plugin.openrlhf.cpu.gloo_gathers import gather_in_order
 
     install()
     skip_jit_ops()
+    gather_in_order()
 
 
 def run(argv: list[str], cpu: bool = False, float32: bool = False) -> None:

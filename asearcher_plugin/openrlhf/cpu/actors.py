@@ -39,11 +39,15 @@ def on_cpu(actor_class, *mixins):
     def __init__(self, *args, **kwargs):
         from .deepspeed_ops import skip_jit_ops
         from .device_shims import install
+        from .gloo_gathers import gather_in_order
         from .precision import train_in_fp32
         from .switches import switches
+        from .zero3_loading import updatable_state_dict_groups
 
         install(type(self))
         skip_jit_ops()
+        updatable_state_dict_groups()
+        gather_in_order()
         if not switches().bf16:
             train_in_fp32()
         base.__init__(self, *args, **kwargs)
