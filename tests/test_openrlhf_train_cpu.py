@@ -501,6 +501,8 @@ def test_synchronous_trainer_with_the_tool_calls_agent(tmp_path, tiny_model, kb_
         "agent.reward.function=asearcher_plugin.openrlhf.cpu.learnable:brevity",
         "openrlhf.actor.adam.lr=1e-2",
         "openrlhf.actor.lr_warmup_ratio=0",
+        # as the GPU recipes: the weights broadcast to the engines are gathered from their partitions, layer by layer
+        "openrlhf.ds.zero_stage=3",
     )
     assert "without the streaming scheduler" in proc.stderr
     assert "dtype=torch.bfloat16" in proc.stdout + proc.stderr  # vLLM's engine; the trainer's must match to sync
@@ -517,11 +519,12 @@ def test_synchronous_trainer_with_the_tool_calls_agent(tmp_path, tiny_model, kb_
         assert {"reward", "turns", "searches", *tool_calls_keys} <= set(exp["info"])
         assert all(t >= 1 for t in exp["info"]["turns"])
     assert not (tmp_path / "trace.jsonl").exists()  # OpenRLHF's own generator ran
-    # The weights reach the engines. The synchronous trainer generates each batch after the last update's broadcast,
-    # so per sample the trainer's log-probs of the sampled tokens (its policy as the update starts) are the engine's up
-    # to bf16's rounding (measured: at most 0.0011 a token on average), while the updates have moved them away from
-    # the initial weights' (the reference actor's; measured 0.07-0.09 at the third update). With the broadcast received
-    # and not loaded (cpu_harness.skip_weight_load) the engine's were 0.24-0.43 off from the second update on.
+    # The weights reach the engines, under ZeRO-3 gathered from their partitions for the broadcast, as on GPUs. The
+    # synchronous trainer generates each batch after the last update's broadcast, so per sample the trainer's
+    # log-probs of the sampled tokens (its policy as the update starts) are the engine's up to bf16's rounding
+    # (measured: at most 0.0011 a token on average), while the updates have moved them away from the initial
+    # weights' (the reference actor's; measured 0.07-0.095 at the third update). With the broadcast received and not
+    # loaded (cpu_harness.skip_weight_load) the engine's were 0.24-0.43 off from the second update on (ZeRO-2).
     for fit in fits:
         assert max(g for exp in fit["experiences"] for g in exp["engine_gap"]) < SYNC_TOLERANCE, fit["fit"]
     moved = [abs(d) for exp in fits[-1]["experiences"] for d in exp["info"]["logprobs_diff"]]
