@@ -112,7 +112,9 @@ def test_malformed_rows_fail_alone_named_and_the_good_ones_are_written(teacher_r
     """A trajectories file is data from anyone: each bad row is one line naming file, line and field, exit 2, and
     the readable rows are still written; no out-of-range id reaches train.jsonl."""
     out, _ = teacher_run
-    good = [line for line in (out / "trajectories.jsonl").read_text().splitlines() if '"status": "ok"' in line][:1]
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    # a row sft-data keeps (finished, reward 1: the teacher answers some questions wrong on purpose)
+    good = [json.dumps(r) for r in rows if r.get("status") == "ok" and r.get("reward") == 1.0][:1]
     row = json.loads(good[0])
     seq = row["sequences"][0]
 
