@@ -17,22 +17,20 @@ from __future__ import annotations
 def skip_jit_ops() -> None:
     """In a trainer process, before DeepSpeed starts its communication backend or builds an optimizer (idempotent)."""
     import deepspeed.ops
-    from openrlhf.utils.deepspeed import deepspeed as strategy
-    from openrlhf.utils.deepspeed import deepspeed_utils
+
+    from .ds_configs import wrap_builders
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    real = deepspeed_utils.get_train_ds_config
-    if getattr(real, "torch_adam_shim", False):
-        return
 
-    def get_train_ds_config(*args, **kwargs):
-        config = real(*args, **kwargs)
-        optimizer = config.get("optimizer") or {}
-        offloaded = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none") != "none"
-        if optimizer.get("type") in ("Adam", "AdamW") and not offloaded:
-            optimizer.setdefault("params", {})["torch_adam"] = True
-        return config
+    def with_torch_adam(real):
+        def get_train_ds_config(*args, **kwargs):
+            config = real(*args, **kwargs)
+            optimizer = config.get("optimizer") or {}
+            offloaded = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+            if optimizer.get("type") in ("Adam", "AdamW") and offloaded == "none":
+                optimizer.setdefault("params", {})["torch_adam"] = True
+            return config
 
-    get_train_ds_config.torch_adam_shim = True
-    deepspeed_utils.get_train_ds_config = get_train_ds_config
-    strategy.get_train_ds_config = get_train_ds_config  # DeepspeedStrategy calls the name it imported
+        return get_train_ds_config
+
+    wrap_builders(with_torch_adam, "torch_adam", names=("get_train_ds_config",))

@@ -18,19 +18,14 @@ from __future__ import annotations
 
 def gather_in_order() -> None:
     """In a trainer process, before OpenRLHF builds a model (`actors.on_cpu`, `asearcher sft --cpu`); idempotent."""
-    from openrlhf.utils.deepspeed import deepspeed as strategy
-    from openrlhf.utils.deepspeed import deepspeed_utils
+    from .ds_configs import wrap_builders
 
-    for name in ("get_train_ds_config", "get_eval_ds_config"):
-        real = getattr(deepspeed_utils, name)
-        if getattr(real, "gathers_in_order", False):
-            continue
-
-        def ds_config(*args, _real=real, **kwargs):
-            config = _real(*args, **kwargs)
+    def sequential(real):
+        def ds_config(*args, **kwargs):
+            config = real(*args, **kwargs)
             config.setdefault("zero_optimization", {})["stage3_allgather_sequential"] = True
             return config
 
-        ds_config.gathers_in_order = True
-        setattr(deepspeed_utils, name, ds_config)
-        setattr(strategy, name, ds_config)  # DeepspeedStrategy calls the names it imported
+        return ds_config
+
+    wrap_builders(sequential, "gather_in_order")

@@ -20,8 +20,8 @@ def train_in_fp32() -> None:
     and a DeepSpeed config with neither bf16 nor fp16 (its fp32 path); fp16 stays as asked."""
     import torch
     from openrlhf.utils import utils
-    from openrlhf.utils.deepspeed import deepspeed as strategy
-    from openrlhf.utils.deepspeed import deepspeed_utils
+
+    from .ds_configs import wrap_builders
 
     if getattr(utils.convert_to_torch_dtype, "fp32_shim", False):
         return
@@ -32,14 +32,14 @@ def train_in_fp32() -> None:
 
     convert_to_torch_dtype.fp32_shim = True
     utils.convert_to_torch_dtype = convert_to_torch_dtype  # models/actor.py and model.py import it when they build
-    for name in ("get_train_ds_config", "get_eval_ds_config"):
-        real = getattr(deepspeed_utils, name)
 
-        def ds_config(*args, _real=real, param_dtype="bf16", **kwargs):
-            return _real(*args, param_dtype="fp32" if param_dtype == "bf16" else param_dtype, **kwargs)
+    def fp32_path(real):
+        def ds_config(*args, param_dtype="bf16", **kwargs):
+            return real(*args, param_dtype="fp32" if param_dtype == "bf16" else param_dtype, **kwargs)
 
-        setattr(deepspeed_utils, name, ds_config)
-        setattr(strategy, name, ds_config)  # DeepspeedStrategy calls the names it imported
+        return ds_config
+
+    wrap_builders(fp32_path, "fp32")
 
 
 def engine_kwargs(kwargs: dict) -> dict:
