@@ -174,9 +174,9 @@ def train(
     from asearcher_plugin.local_inputs import make_local_inputs, missing_local_paths
 
     make_local_inputs(model.openrlhf.get("actor.model_name_or_path"), model.openrlhf.get("data.prompt_dataset"))
-    inputs = ("actor.model_name_or_path", "data.prompt_dataset", "data.eval_dataset")
-    named = {f: model.openrlhf.get(f) for f in inputs}
-    if problems := missing_local_paths({f"openrlhf.{f}": v for f, v in named.items() if isinstance(v, str)}):
+    inputs = ("actor.model_name_or_path", "data.prompt_dataset", "eval.dataset")  # OpenRLHF 0.11.2's flags
+    named = {f"openrlhf.{f}": v for f in inputs if isinstance(v := model.openrlhf.get(f), str)}
+    if problems := missing_local_paths(named):
         typer.echo(f"error: {recipe}: " + "; ".join(problems) + " (checked before anything starts)", err=True)
         raise typer.Exit(2)
     try:

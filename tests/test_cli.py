@@ -304,6 +304,9 @@ def test_train_refuses_a_missing_local_input_before_anything_starts(tmp_path, mo
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "asearcher_base_35k.jsonl").write_text('{"question": "q", "answer": "a"}\n')
     assert CliRunner().invoke(app, ["train", "local_7b_1node"]).exit_code == 0 and started == [False]
+    no_eval = CliRunner().invoke(app, ["train", "local_7b_1node", "--set", "openrlhf.eval.dataset=data/eval.jsonl"])
+    assert no_eval.exit_code == 2 and "openrlhf.eval.dataset: data/eval.jsonl not found" in no_eval.output
+    assert started == [False]
     assert missing_local_paths({"m": "./models/mine", "d": "org/data.jsonl", "h": "org/name", "e": None}) == [
         f"m: ./models/mine not found (a local path, read from {tmp_path})",
         f"d: org/data.jsonl not found (a local path, read from {tmp_path})",
