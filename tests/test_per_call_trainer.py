@@ -175,21 +175,27 @@ def test_ranks_agree_on_the_micro_batches_of_each_step_and_a_short_rank_pads():
     assert [i["batch_num_tokens"] == PADDING for i in infos] == [m.padding for m in plan]
 
 
+def two_ranks(openrlhf, micro_batch_size: int, lengths):
+    """An experience maker's view of two policy ranks, and one sample of each length (its tokens all the length)."""
+    args = args_for("group_norm")
+    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, micro_batch_size
+    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
+    samples = [
+        openrlhf.Experience(
+            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
+        )
+        for n in lengths
+    ]
+    return maker, samples
+
+
 def test_a_short_rollout_batch_still_reaches_every_policy_rank(openrlhf):
     """Two policy ranks, rollout.micro_batch_size 3: a batch short of groups (a group failed alone, the data's end)
     makes one sample batch in OpenRLHF's own split, and its dispatch refuses fewer batches than ranks (the run
     stopped there). The hook cuts the batch per rank, every sample once."""
     from asearcher_plugin.openrlhf.micro_batches import MicroBatchError, every_rank
 
-    args = args_for("group_norm")
-    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, 3
-    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
-    samples = [
-        openrlhf.Experience(
-            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
-        )
-        for n in (5, 7, 9)
-    ]
+    maker, samples = two_ranks(openrlhf, micro_batch_size=3, lengths=(5, 7, 9))
     batches = openrlhf.Maker.split_rollout_samples(maker, samples)
     assert len(batches) == 1  # OpenRLHF's split: one sample batch for two ranks
     out = every_rank(batches, samples, ranks=2, pad_token_id=0)
@@ -206,15 +212,7 @@ def test_every_rank_runs_the_same_number_of_forwards(openrlhf):
     ceil(batches / ranks) batches by count, so 5 sample batches on 2 ranks would be 3 forwards against 2, a hang."""
     from asearcher_plugin.openrlhf.micro_batches import every_rank
 
-    args = args_for("group_norm")
-    args.actor.num_gpus_per_node, args.rollout.micro_batch_size = 2, 2
-    maker = types.SimpleNamespace(args=args, tokenizer=types.SimpleNamespace(pad_token_id=0))
-    samples = [
-        openrlhf.Experience(
-            sequences=torch.full((1, n), n), attention_mask=torch.ones(1, n, dtype=torch.long), rewards=torch.ones(1)
-        )
-        for n in range(3, 12)
-    ]
+    maker, samples = two_ranks(openrlhf, micro_batch_size=2, lengths=range(3, 12))
     batches = openrlhf.Maker.split_rollout_samples(maker, samples)  # 9 samples by 2: 5 batches
     assert len(batches) == 5
     out = every_rank(batches, samples, ranks=2, pad_token_id=0)
