@@ -93,13 +93,15 @@ def prompts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
-    """2 episodes x 3 steps, async + partial rollout, checkpoint after every step."""
+    """2 episodes x 3 steps, async + partial rollout, a checkpoint after every step; the reasoning agent's per-call
+    sequences on the scripted workload (the streaming tests and the per-call tests read the same run)."""
     tmp = tmp_path_factory.mktemp("async")
-    train(
+    per_call_train(
         tmp,
         tiny_model,
         kb_server,
         prompts,
+        "reasoning",
         "openrlhf.train.num_episodes=2",
         "openrlhf.ckpt.save_steps=1",
         "openrlhf.ckpt.max_num=10",  # DeepSpeed keeps all six: the resume test starts from step 2
@@ -137,7 +139,7 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     # 2 episodes x 3 steps: every batch handed out by our generator was trained, in order
     assert [r["train_version"] for r in trace] == list(range(6)) and len(fits) == 6
     for row, fit in zip(trace, fits):
-        trained = [p for exp in fit["experiences"] for p in exp["prompts"]]
+        trained = [t[0]["prompt"] for t in trajectories_of(fit)]  # a trajectory's sequences count once
         assert sorted(trained) == sorted(g["prompt"] for g in row["groups"] for _ in range(SAMPLES))
         for exp in fit["experiences"]:  # the info only the streaming generator adds reached the trainer
             assert {
@@ -284,9 +286,11 @@ def trajectories_of(fit: dict) -> list[list[dict]]:
     """The rows of one update, one list per trajectory: rows arrive in the generator's order (a trajectory's
     sequences next to each other) and each carries how many sequences its trajectory has."""
     rows = [
-        {"loss": loss, "advantage": adv, **{k: v[i] for k, v in exp["info"].items()}}
+        {"loss": loss, "advantage": adv, "prompt": prompt, **{k: v[i] for k, v in exp["info"].items()}}
         for exp in fit["experiences"]
-        for i, (loss, adv) in enumerate(zip(exp["loss_tokens"], exp["advantages"], strict=True))
+        for i, (loss, adv, prompt) in enumerate(
+            zip(exp["loss_tokens"], exp["advantages"], exp["prompts"], strict=True)
+        )
     ]
     out, i = [], 0
     while i < len(rows):
@@ -325,25 +329,10 @@ def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, 
 
 
 @pytest.fixture(scope="module")
-def per_call_run(tmp_path_factory, tiny_model, kb_server, per_call_prompts):
-    """One run per agent, shared by the tests that read it; a checkpoint after each of its two steps."""
-    runs = {}
-
-    def run(agent: str) -> Path:
-        if agent not in runs:
-            runs[agent] = tmp_path_factory.mktemp(f"per_call_{agent}")
-            per_call_train(
-                runs[agent],
-                tiny_model,
-                kb_server,
-                per_call_prompts,
-                agent,
-                "openrlhf.ckpt.save_steps=1",
-                "openrlhf.ckpt.max_num=10",
-            )
-        return runs[agent]
-
-    return run
+def stubs_run(tmp_path_factory, tiny_model, kb_server, per_call_prompts):
+    tmp = tmp_path_factory.mktemp("per_call_stubs")
+    per_call_train(tmp, tiny_model, kb_server, per_call_prompts, "asearcher-stubs")
+    return tmp
 
 
 def check_per_call_fit(row: dict, fit: dict) -> int:
@@ -369,33 +358,18 @@ def check_per_call_fit(row: dict, fit: dict) -> int:
 
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("agent", PER_CALL_AGENTS)
-def test_per_call_sequences_train_as_trajectories(per_call_run, agent):
-    tmp_path = per_call_run(agent)
-    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
-    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
-    assert len(fits) == len(trace) == 2
+def test_per_call_sequences_train_as_trajectories(agent, request):
+    # the reasoning agent's run is the streaming run (async_run); the stubs' a run of its own, 2 steps
+    run, steps = (
+        (request.getfixturevalue("async_run"), 6)
+        if agent == "reasoning"
+        else (request.getfixturevalue("stubs_run"), 2)
+    )
+    trace = batches(read_jsonl(run / "trace.jsonl"))
+    fits = read_jsonl(run / "ckpt" / "cpu_harness_fits.jsonl")
+    assert len(fits) == len(trace) == steps
     split = sum(check_per_call_fit(row, fit) for row, fit in zip(trace, fits, strict=True))
     assert split > 0  # some trajectories became several sequences
-
-
-@pytest.mark.timeout(1200)
-def test_resume_with_split_trajectories(per_call_run, tmp_path, tiny_model, kb_server, per_call_prompts):
-    """Resume the reasoning agent's per-call run from its first step: the prompts of the second step run again
-    from the checkpoint and train as split trajectories, accounted per trajectory."""
-    first = per_call_run("reasoning")
-    shutil.copytree(first / "ckpt", tmp_path / "ckpt")
-    (tmp_path / "ckpt" / "_actor" / "latest").write_text("global_step1")
-    before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
-    trained_before = {g["prompt"] for g in batches(read_jsonl(first / "trace.jsonl"))[0]["groups"]}
-    per_call_train(tmp_path, tiny_model, kb_server, per_call_prompts, "reasoning", "openrlhf.ckpt.load_enable=true")
-    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
-    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[before:]
-    questions = {json.loads(line)["question"] for line in per_call_prompts.read_text().splitlines()}
-    assert len(trace) == len(fits) == 1
-    assert sorted(g["prompt"] for g in trace[0]["groups"]) == sorted(questions - trained_before)
-    assert check_per_call_fit(trace[0], fits[0]) > 0
-    # the resumed trainer went on from the checkpoint's step
-    assert fits[0]["fit"] == 1 and "Global step 2" in (tmp_path / "train.log").read_text()
 
 
 TWO_ACTORS_BUDGET = 768  # tokens: a step of this run takes one or two micro-batches per rank
@@ -451,17 +425,20 @@ def test_per_call_with_two_policy_actors_under_zero3_splits_by_tokens_and_never_
 
 
 def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
-    """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode."""
+    """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode: exactly the prompts
+    drawn but not trained run again, from the checkpoint's weights and step, and train as split trajectories
+    (per-call sequences), accounted per trajectory."""
     shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")
     (tmp_path / "ckpt" / "_actor" / "latest").write_text("global_step2")  # DeepSpeed's pointer to the tag to load
     before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
     first = batches(read_jsonl(async_run / "trace.jsonl"))
     trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}
-    train(
+    per_call_train(
         tmp_path,
         tiny_model,
         kb_server,
         prompts,
+        "reasoning",
         "openrlhf.train.num_episodes=2",
         "openrlhf.ckpt.load_enable=true",
         "scheduler.on_stale=restart",
@@ -476,6 +453,10 @@ def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_mo
     assert len(fits) == len(trace)
     # restart mode: no consumed group is staler than eta
     assert all(g["staleness"] <= RECIPE_ETA for r in trace for g in r["groups"])
+    # split trajectories after a resume: one advantage each, the loss on exactly their generated tokens
+    assert sum(check_per_call_fit(row, fit) for row, fit in zip(trace, fits, strict=True)) > 0
+    # the resumed trainer went on from the checkpoint's step (the policy actor counts its own fits from 1)
+    assert fits[0]["fit"] == 1 and "Global step 3" in (tmp_path / "train.log").read_text()
 
 
 SYNC_TOLERANCE = 0.005  # mean |log-prob| difference a token, bf16 trainer against a bf16 engine with its weights
