@@ -65,7 +65,7 @@ def test_encoding_resumes_without_redoing_finished_shards(tmp_path, encoder):
         ("HNSW32", {"ef_search": 64}),
         ("HNSW32,SQ8", {"ef_search": 128}),
         ("IVF8,Flat", {"nprobe": 8}),
-        ("IVF4,PQ16", {"nprobe": 4}),
+        ("IVF4,PQ16x4", {"nprobe": 4}),  # 16 centroids a sub-quantizer: 256 took 14 s to train
     ],
 )
 def test_faiss_factory_strings_and_query_knobs(tmp_path, factory, knob):
