@@ -21,14 +21,23 @@ from pathlib import Path
 
 
 def copy_batch(generator, vocab: list[int], batch: int, length: int):
+    """`batch` random strings of `length` tokens, each shown twice in a row."""
     import torch
 
     picks = torch.randint(len(vocab), (batch, length), generator=generator)
     half = torch.tensor(vocab)[picks]
-    ids = torch.cat([half, half], dim=1)
-    labels = ids.clone()
-    labels[:, : length + 1] = -100  # the first showing cannot be predicted; its repeat (after one token) can
-    return ids, labels
+    return torch.cat([half, half], dim=1)
+
+
+def repeat_loss(model, ids, length: int):
+    """Cross-entropy of the second showing after its first token (the first showing cannot be predicted; its repeat
+    can). The vocabulary projection runs only at the scored positions: on the full sequence it took 40% of a step
+    for logits half of which no loss reads (measured 0.22 s against 0.13 s a step, the same loss)."""
+    import torch.nn.functional as F
+
+    hidden = model.model(input_ids=ids).last_hidden_state[:, length:-1]  # position i predicts token i + 1
+    logits = model.lm_head(hidden)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, length + 1 :].reshape(-1))
 
 
 def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560, lengths=(8, 160), lr: float = 2e-3,
@@ -51,8 +60,8 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
         # strings of every length up to an agent transcript's: copies at distances of a few tokens to a few hundred
         # (a model trained on short strings only did not copy at the distances of a transcript)
         length = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=gen))
-        ids, labels = copy_batch(gen, vocab, max(2, tokens // (2 * length)), length)
-        loss = model(input_ids=ids, labels=labels).loss
+        ids = copy_batch(gen, vocab, max(2, tokens // (2 * length)), length)
+        loss = repeat_loss(model, ids, length)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -60,7 +69,7 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
             print(json.dumps({"step": step, "loss": round(loss.item(), 3)}), flush=True)
     model.eval()
     length = lengths[1]
-    ids, _ = copy_batch(torch.Generator().manual_seed(seed + 1), vocab, 16, length)
+    ids = copy_batch(torch.Generator().manual_seed(seed + 1), vocab, 16, length)
     with torch.no_grad():
         pred = model(input_ids=ids).logits.argmax(-1)
     accuracy = (pred[:, length:-1] == ids[:, length + 1 :]).float().mean().item()

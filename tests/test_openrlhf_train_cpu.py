@@ -329,9 +329,10 @@ def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, 
 
 
 @pytest.fixture(scope="module")
-def stubs_run(tmp_path_factory, tiny_model, kb_server, per_call_prompts):
+def stubs_run(tmp_path_factory, tiny_model, kb_server):
+    """One step: its calls hold whole page chunks (~5k tokens), the costliest sequences of this module to train."""
     tmp = tmp_path_factory.mktemp("per_call_stubs")
-    per_call_train(tmp, tiny_model, kb_server, per_call_prompts, "asearcher-stubs")
+    per_call_train(tmp, tiny_model, kb_server, sample_prompts(tmp / "prompts.jsonl", BATCH), "asearcher-stubs")
     return tmp
 
 
@@ -359,11 +360,11 @@ def check_per_call_fit(row: dict, fit: dict) -> int:
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("agent", PER_CALL_AGENTS)
 def test_per_call_sequences_train_as_trajectories(agent, request):
-    # the reasoning agent's run is the streaming run (async_run); the stubs' a run of its own, 2 steps
+    # the reasoning agent's run is the streaming run (async_run, 6 steps); the stubs' a run of its own, one step
     run, steps = (
         (request.getfixturevalue("async_run"), 6)
         if agent == "reasoning"
-        else (request.getfixturevalue("stubs_run"), 2)
+        else (request.getfixturevalue("stubs_run"), 1)
     )
     trace = batches(read_jsonl(run / "trace.jsonl"))
     fits = read_jsonl(run / "ckpt" / "cpu_harness_fits.jsonl")
