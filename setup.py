@@ -103,7 +103,7 @@ setup(
             "import-linter>=2.1",  # tests/test_layers.py: the import contracts in .importlinter
             "ruff==0.17.6",  # scripts/test.sh: lint and format check; pinned so formatting cannot drift
             *DOCS,  # scripts/test.sh: the documentation site, built with --strict
-            "mcp==2.3.0",  # tests/test_tool_calls.py: a stdio MCP server the test starts
+            "mcp==2.3.0",  # tests/test_tool_calls.py starts examples/mcp_units_server.py (stdio and HTTP)
             "aiotools>=1.7",  # tests/test_speedup_bounds.py: the scheduler simulator's virtual clock
             "psutil>=5.9",  # tests/test_faults.py: the KB server's memory
         ],

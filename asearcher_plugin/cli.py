@@ -280,6 +280,15 @@ def _sft_commands() -> None:
 _sft_commands()
 
 
+def _tool_command() -> None:
+    from asearcher_plugin.tools.try_tool import tool
+
+    app.command("tool")(tool)
+
+
+_tool_command()
+
+
 @app.command("make-tiny-model")
 def make_tiny_model_cmd(
     out: str = typer.Option(None, "--out", help="folder to write the model and tokenizer to"),

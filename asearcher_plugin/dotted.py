@@ -14,7 +14,11 @@ def resolve_reference(spec: str, setting: str, example: str, error: type[Excepti
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
-        raise error(f"{setting} {spec!r}: cannot import module {module_name!r}: {exc}") from None
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            # the `asearcher` console script does not import from the folder it runs in, nor do Ray's workers
+            hint = " (is its folder on PYTHONPATH? e.g. PYTHONPATH=. asearcher ...)"
+        raise error(f"{setting} {spec!r}: cannot import module {module_name!r}: {exc}{hint}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise error(f"{setting} {spec!r}: module {module_name!r} has no attribute {attr!r}")

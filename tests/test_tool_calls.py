@@ -224,11 +224,25 @@ def test_malformed_calls_are_the_models_and_an_unreachable_kb_is_the_infrastruct
     assert "<tool_response>\n42\n</tool_response>" in shown[3]
 
 
+def test_a_tool_past_its_deadline_names_the_timeout_to_the_model(tokenizer):
+    url = f"http://127.0.0.1:{free_port()}"
+    cfg = config(url, tools={"builtin": [], "extra": ["tests.tool_examples:never_in_time"]})
+    turns = [
+        ('<tool_call>\n{"name": "never_in_time", "arguments": {}}\n</tool_call>', "eos"),
+        ("<answer> x </answer>", "eos"),
+    ]
+    engine = ScriptedEngine(tokenizer, turns)
+    traj, _ = run(cfg, tokenizer, engine)
+    assert traj.stats["tool_errors"] == traj.stats["tool_errors_infra"] == 1
+    # a TimeoutError has no message: the model is told its type (it used to read "never_in_time failed: ")
+    assert "<tool_response>\nnever_in_time failed: TimeoutError\n</tool_response>" in tokenizer.decode(engine.calls[1])
+
+
 @pytest.fixture(params=["stdio", "http"])
 def mcp_server(request):
     """The test's MCP server: a command to start over stdio, or a streamable-HTTP one started here on loopback."""
     pytest.importorskip("mcp")
-    argv = [sys.executable, str(Path(__file__).with_name("mcp_unit_server.py"))]
+    argv = [sys.executable, str(Path(__file__).parent.parent / "examples" / "mcp_units_server.py")]
     if request.param == "stdio":
         yield {"command": argv, "prefix": "units_"}
         return

@@ -2,6 +2,7 @@
 
 import ast
 import operator
+import time
 
 _OPS = {
     ast.Add: operator.add,
@@ -27,3 +28,12 @@ def calculator(expression: str) -> str:
 
     result = value(ast.parse(expression, mode="eval").body)
     return str(int(result) if float(result).is_integer() else result)
+
+
+def never_in_time() -> str:
+    """A lookup that takes longer than its deadline."""
+    time.sleep(2)
+    return "late"
+
+
+never_in_time.deadline = 0.2

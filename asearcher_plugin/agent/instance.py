@@ -203,7 +203,7 @@ class AgentInstance(AgentInstanceBase):
             self.tool_errors_infra += not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
             log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
             # the message may quote a service's JSON reply: text from outside, scrubbed like the tools' results
-            return failed(scrub(f"{kind} failed: {exc or type(exc).__name__}"))
+            return failed(scrub(f"{kind} failed: {str(exc) or type(exc).__name__}"))
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
             log.warning(

@@ -1,5 +1,8 @@
-"""An MCP server for the tests: one unit-conversion tool, and one that always fails. Over stdio, or over streamable
-HTTP on 127.0.0.1 at the port given as its argument."""
+"""An MCP server with one unit-conversion tool and one that always fails, for `tools.mcp` (docs/tools.md; the tests
+start it too). Written for the pinned mcp 2.3.0, whose server class is `mcp.server.mcpserver.MCPServer` (mcp 1.x's
+`mcp.server.fastmcp.FastMCP` is gone). Over stdio (`python examples/mcp_units_server.py`), or over streamable HTTP
+on 127.0.0.1 at the port given as its argument (`python examples/mcp_units_server.py 8765`, then
+`url: http://127.0.0.1:8765/mcp`)."""
 
 import sys
 
