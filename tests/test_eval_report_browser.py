@@ -77,7 +77,10 @@ def test_report_renders_in_headless_chromium(tmp_path):
     )
     assert dom.returncode == 0, dom.stderr[-1500:]
     html = dom.stdout
-    assert 'id="metrics"' in html and html.count('class="traj"') == 6 and "FAILED" in html
+    # the 6 trajectories, and above the plots one of them open: a right answer (q1 seed 0, the first of the best)
+    assert 'id="metrics"' in html and html.count('class="traj"') == 7 and "FAILED" in html
+    assert html.count('class="traj" open') == 1 and html.index('id="example"') < html.index("<h2>Distributions")
+    assert "<b>sample/q1</b> seed 0" in html[html.index('id="example"') : html.index("<h2>Distributions")]
     assert "Question &lt;1&gt; &amp; more?" in html  # text is escaped, not injected
     assert "Uncaught" not in dom.stderr and "Failed to load resource" not in dom.stderr
     shot = tmp_path / "report.png"
@@ -95,3 +98,16 @@ def test_report_renders_in_headless_chromium(tmp_path):
         check=True,
     )
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_the_example_is_the_best_scored_then_the_busiest_trajectory():
+    from asearcher_plugin.eval.report import example
+    from asearcher_plugin.records import EvalRow
+
+    table = rows()
+    table[4]["logs"] = {**table[4]["logs"], "accesses": 2.0}  # q2 seed 0: right, and read two pages
+    table[1]["logs"] = {**table[1]["logs"], "accesses": 5.0}  # q0 seed 1: busier, but wrong
+    chosen = example([EvalRow.from_json(r) for r in table])
+    assert (chosen.id, chosen.seed) == ("q2", 0)
+    failed_only = [EvalRow.from_json(table[-1])]
+    assert example(failed_only) is None

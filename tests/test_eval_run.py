@@ -43,7 +43,8 @@ def test_eval_writes_metrics_reports_and_resumes(tmp_path, tiny_model, kb_server
     assert metrics["datasets"]["overall"]["distributions"]["turns"]["max"] <= 2
     assert "| sample | f1 | 3 |" in (out / "summary.md").read_text()
     html = (out / "report.html").read_text()
-    assert html.count('class="traj"') == 6 and "data:image/png;base64," in html
+    assert html.count('class="traj"') == 7 and "data:image/png;base64," in html  # 6, and one open near the top
+    assert html.count('class="traj" open') == 1
 
     # A re-run skips every finished (question, seed): nothing new is appended.
     again = run(*common, "--hf-model", str(tiny_model))

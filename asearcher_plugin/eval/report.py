@@ -134,6 +134,28 @@ def _esc(value) -> str:
     return html.escape(str(value))
 
 
+def example(rows: list[EvalRow]) -> EvalRow | None:
+    """The trajectory the report opens near its top: the best score, then the most tool use, then the first."""
+    ok = [r for r in rows if r.status == "ok"]
+    if not ok:
+        return None
+    return max(
+        sorted(ok, key=lambda r: r.key),
+        key=lambda r: (r.scores.get("f1", 0.0), r.logs.get("searches", 0) + r.logs.get("accesses", 0)),
+    )
+
+
+def _trajectory_html(r: EvalRow, opened: bool = False) -> str:
+    e, s, logs = _esc, r.scores, r.logs
+    return (
+        f'<details class="traj"{" open" if opened else ""}><summary><b>{e(r.dataset)}/{e(r.id)}</b> seed {e(r.seed)} - '
+        f"F1 {s.get('f1', 0):.2f}, EM {s.get('em', 0):.0f} - {int(logs.get('turns', 0))} turns, "
+        f"{int(logs.get('searches', 0))} searches, {int(logs.get('accesses', 0))} pages - {e(r.question)}</summary>"
+        f"<p><b>gold:</b> {e(' | '.join(map(str, r.golden_answers)))} &nbsp; <b>answer:</b> "
+        f"{e(r.answer)}</p>{_turns_html(r.text, r.question)}</details>"
+    )
+
+
 def render_html(metrics: dict, rows: list[EvalRow]) -> str:
     k = metrics["k"]
     e = _esc
@@ -151,14 +173,16 @@ def render_html(metrics: dict, rows: list[EvalRow]) -> str:
                 f"{what} ({e(r.error)})</summary></details>"
             )
             continue
-        s, logs = r.scores, r.logs
-        items.append(
-            f'<details class="traj"><summary><b>{e(r.dataset)}/{e(r.id)}</b> seed {e(r.seed)} - '
-            f"F1 {s.get('f1', 0):.2f}, EM {s.get('em', 0):.0f} - {int(logs.get('turns', 0))} turns, "
-            f"{int(logs.get('searches', 0))} searches, {int(logs.get('accesses', 0))} pages - {e(r.question)}</summary>"
-            f"<p><b>gold:</b> {e(' | '.join(map(str, r.golden_answers)))} &nbsp; <b>answer:</b> "
-            f"{e(r.answer)}</p>{_turns_html(r.text, r.question)}</details>"
-        )
+        items.append(_trajectory_html(r))
+    shown = example(rows)
+    example_html = (
+        "<h2>An example trajectory</h2>"
+        '<p class="note">The best-scored trajectory, then the one with the most searches and pages read; every '
+        'trajectory is <a href="#trajectories">below</a>.</p>'
+        f'<div id="example">{_trajectory_html(shown, opened=True)}</div>'
+        if shown
+        else ""
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>asearcher evaluation report</title>
 <style>
@@ -177,10 +201,11 @@ details {{ border-bottom: 1px solid #ddd; padding: 4px 0; }} details.failed summ
 <table id="metrics"><tr><th>dataset</th><th>metric</th><th>questions</th><th>Avg@{e(k)} (95% CI)</th><th>Pass@{e(k)} (95% CI)</th></tr>
 {table}</table>
 <p class="note">{e(_metric_legend())}</p>
+{example_html}
 {_card_html(metrics.get("card"))}
 <h2>Distributions</h2><img alt="score and turn distributions" src="{_plot(rows)}">
-<h2>Trajectories</h2>
-<div id="trajectories">
+<h2 id="trajectories">Trajectories</h2>
+<div>
 {"".join(items)}
 </div></body></html>
 """
