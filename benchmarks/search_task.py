@@ -92,15 +92,29 @@ def main() -> None:
     ap.add_argument("--per-article", type=int, default=PER_ARTICLE)
     ap.add_argument("--heldout", type=float, default=0.25)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--rl-share",
+        type=float,
+        default=0.0,
+        help="write train.jsonl (the warm start's), rl.jsonl and heldout.jsonl instead, as learn_to_search.py splits "
+        "them: this share of the training articles goes to RL only, so RL asks about articles the warm start never "
+        "saw (--seed unused)",
+    )
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    train, held = split(make_questions(args.kb_dir, tokenizer, args.per_article), args.heldout, args.seed)
+    rows = make_questions(args.kb_dir, tokenizer, args.per_article)
+    if args.rl_share > 0:
+        # the warm start's side keeps the name `train`: `sft-data --heldout` splits by a hash of dataset and id
+        sides = dict(zip(("train", "rl", "heldout"), learning_split(rows, args.heldout, args.rl_share).values()))
+    else:
+        train, held = split(rows, args.heldout, args.seed)
+        sides = {"train": train, "heldout": held}
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", train), ("heldout", held)):
-        (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(json.dumps({"train": len(train), "heldout": len(held)}))
+    for name, side in sides.items():
+        (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in side))
+    print(json.dumps({name: len(side) for name, side in sides.items()}))
 
 
 if __name__ == "__main__":

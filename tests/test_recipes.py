@@ -53,8 +53,9 @@ def test_recipe_is_accepted_by_openrlhf(name):
         # rollout engines on other nodes cannot reach a KB on "their" loopback
         assert not any(h in u for u in config.agent.tools.local.urls for h in ("127.0.0.1", "localhost"))
     settings = checked.scheduler
-    # streaming headroom: batches admitted beyond what OpenRLHF's queue holds
-    assert settings.max_staleness - args.train.async_queue_size >= 1
+    # streaming headroom: batches admitted beyond what OpenRLHF's queue holds; the warm start's RL keeps the learning
+    # benchmark's measured bound (eta 1 = the queue: its published gains were measured so)
+    assert settings.max_staleness - args.train.async_queue_size >= (0 if name == "cpu_warm_start" else 1)
     # in flight: what the engines can serve, not the staleness bound ((eta + 1) x B = 640 groups on 16 nodes)
     per_engine = settings.max_concurrent * args.rollout.n_samples_per_prompt / args.vllm.num_engines
     assert settings.max_concurrent == recipe.scheduler.max_concurrent and per_engine <= 128, (name, per_engine)

@@ -52,3 +52,20 @@ def test_warm_start_rl_and_held_out_questions_ask_about_different_articles(quest
     assert all(len(rows) >= 60 for rows in sides.values())
     assert not titles["sft"] & titles["rl"] and not titles["sft"] & titles["heldout"]
     assert not titles["rl"] & titles["heldout"]
+
+
+def test_the_command_writes_the_benchmarks_three_sides(questions, sample_kb, tiny_model, tmp_path):
+    """docs/warm-start.md's files: the warm start's side as train.jsonl (sft-data's held-out split hashes the file's
+    name with each id, so another name would give the warm start other sequences than the benchmark's)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "search_task.py"), str(sample_kb), str(tiny_model), str(tmp_path)]
+    subprocess.run([*cmd, "--rl-share", "0.4"], check=True, capture_output=True, timeout=300)
+    sides = learning_split(questions, 0.25, 0.4)
+    for name, side in (("train", "sft"), ("rl", "rl"), ("heldout", "heldout")):
+        rows = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+        assert rows == sides[side], name
