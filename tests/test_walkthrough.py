@@ -1,6 +1,6 @@
-"""The README and docs/getting-started.md followed as a new user follows them: the quickstart, then every command of
-their `bash` blocks in order, from the folder the quickstart wrote `runs/` into, with the knowledge-base server
-started as the README says.
+"""The README, docs/getting-started.md and docs/tools.md followed as a new user follows them: the quickstart, then
+every command of their `bash` blocks in order (a file a page has the reader save written first), from the folder the
+quickstart wrote `runs/` into, with the knowledge-base server started as the README says.
 
 Each command must end with status 0 and no traceback, within its stated time (the `~N s`, `~N min` or `seconds` of
 its comment) with a wide margin: the slack is for shared CI cores, the limit is for a command that would run for
@@ -30,7 +30,7 @@ from tests.helpers import stderr_until_pid
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["README.md", "docs/getting-started.md"]
+PAGES = ["README.md", "docs/getting-started.md", "docs/tools.md"]
 SET_UP = ("python3 -m venv", ". .venv/bin/activate", "sh scripts/test.sh", "sh scripts/install-cpu-harness.sh")
 # command -> (what its comment must name for the install it needs, the test that runs it)
 OWN_TEST = {"asearcher train cpu_tiny --cpu": ("scripts/install-cpu-harness.sh", "tests/test_openrlhf_train_cpu.py")}
@@ -42,6 +42,13 @@ def page_commands(page: str) -> list[str]:
     text = (ROOT / page).read_text()
     blocks = re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def page_files(page: str) -> dict[str, str]:
+    """The page's ```python blocks that open with `# NAME.py`: files the page has the reader save (docs/tools.md's
+    my_tools.py), by name."""
+    text = (ROOT / page).read_text()
+    return dict(re.findall(r"^```python\n# (\w+\.py)\n(.*?)^```", text, re.S | re.M))
 
 
 def stated_seconds(line: str) -> float | None:
@@ -127,6 +134,8 @@ def test_every_command_of_the_readme_and_getting_started_runs_in_order(quickstar
     ran, checked = [], []
     try:
         for page in PAGES:
+            for name, code in page_files(page).items():
+                (home / name).write_text(code)
             for line in page_commands(page):
                 for part in (p.strip() for p in line.partition(" #")[0].split(" && ")):
                     if part.startswith(SET_UP):
@@ -157,6 +166,12 @@ def test_every_command_of_the_readme_and_getting_started_runs_in_order(quickstar
     assert any(c.startswith("asearcher kb query") for c in ran) and any(c.startswith("asearcher eval") for c in ran)
     assert any(c.startswith("asearcher train local_7b_1node --dry-run") for c in ran) and checked
     assert json.loads((home / "runs" / "eval-tour" / "metrics.json").read_text())["items_ok"] == 10
+    # the tools page: its calculator, saved as the page says, offered to every trajectory of its eval
+    assert any(c.startswith("PYTHONPATH=. asearcher tool my_tools:calculator") for c in ran)
+    rows = [
+        json.loads(line) for line in (home / "runs" / "eval-tools" / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert len(rows) == 5 and all(r["status"] == "ok" and '"name": "calculator"' in r["text"] for r in rows)
 
 
 def installed(name: str) -> bool:
