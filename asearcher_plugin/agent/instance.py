@@ -5,7 +5,6 @@ the answer. `turn` returns a typed `StepResult`, which the executor (executor.py
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from asearcher_plugin.agent.prompts import (
 from asearcher_plugin.config import AgentConfig, load_config
 from asearcher_plugin.records import flat_logs
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
-from asearcher_plugin.tools import ToolError, ToolUnavailable
+from asearcher_plugin.tools.base import EXPECTED_FAILURES, failure_shown
 from local_retriever.log_throttle import throttled
 
 log = throttled(__name__)  # one WARNING per tool and error type a minute, however many trajectories fail alike
@@ -198,18 +197,18 @@ class AgentInstance(AgentInstanceBase):
         started = time.perf_counter()
         try:
             return await run()
-        except (ToolError, asyncio.TimeoutError, OSError) as exc:
+        except EXPECTED_FAILURES as exc:
+            text, infra = failure_shown(kind, exc)
             self.tool_errors += 1
-            self.tool_errors_infra += not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
+            self.tool_errors_infra += infra
             log.warning("%s failed: %s: %.300s", kind, type(exc).__name__, exc, extra=_throttle_key(kind, exc))
-            # the message may quote a service's JSON reply: text from outside, scrubbed like the tools' results
-            return failed(scrub(f"{kind} failed: {str(exc) or type(exc).__name__}"))
+            return failed(text)
         except Exception as exc:  # noqa: BLE001 - whatever the model wrote, the rollout must go on
             self.tool_errors += 1
             log.warning(
                 "%s of %.200r raised %s: %s", kind, argument, type(exc).__name__, exc, extra=_throttle_key(kind, exc)
             )
-            return failed(f"{kind} failed: {type(exc).__name__}")
+            return failed(failure_shown(kind, exc)[0])
         finally:
             self.tool_seconds += time.perf_counter() - started
 

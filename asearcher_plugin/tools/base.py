@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 
 from ..text import scrub
@@ -15,6 +16,20 @@ class ToolUnavailable(ToolError):
     """The tool's service could not serve after the client's retries (unreachable, 5xx, 429, timed out, no API key):
     the infrastructure failed, not the model. Counted apart (`tool_errors_infra`); evaluation records the item as
     `failed` and runs it again on resume instead of scoring it."""
+
+
+# What a tool call may meet without a bug in the tool: its own ToolError, a timeout, a socket error.
+EXPECTED_FAILURES = (ToolError, asyncio.TimeoutError, OSError)
+
+
+def failure_shown(kind: str, exc: BaseException) -> tuple[str, bool]:
+    """What the model is told when a call of the tool `kind` raised `exc`, and whether the infrastructure caused it
+    (ToolUnavailable, a timeout, a socket error). An expected failure's message may quote a service's reply: text from
+    outside, scrubbed like the tools' results; any other exception shows its type only."""
+    if isinstance(exc, EXPECTED_FAILURES):
+        infra = not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
+        return scrub(f"{kind} failed: {str(exc) or type(exc).__name__}"), infra
+    return f"{kind} failed: {type(exc).__name__}", False
 
 
 class ToolBox(ABC):

@@ -16,7 +16,7 @@ def tool(
 ):
     """Print the schema the model is shown for a tools.extra function; with --call, call it as the agent does."""
     from asearcher_plugin.tool_registry import BadToolCall, ToolSpecError, resolve_extra
-    from asearcher_plugin.tools import ToolError, ToolUnavailable
+    from asearcher_plugin.tools.base import EXPECTED_FAILURES, failure_shown
 
     try:
         arguments = None if call is None else json.loads(call)
@@ -37,13 +37,11 @@ def tool(
     except BadToolCall as exc:  # what the agent answers a call that does not fit the schema
         typer.echo(f"the model is told: Error: {exc}")
         raise typer.Exit(1) from None
-    except (ToolError, asyncio.TimeoutError, OSError) as exc:  # as the agent's ladder (agent/instance.py) counts them
-        infra = not isinstance(exc, ToolError) or isinstance(exc, ToolUnavailable)
-        kind = "a tool error of the infrastructure's" if infra else "a tool error"
-        typer.echo(f"the model is told: {found.name} failed: {str(exc) or type(exc).__name__} (counted as {kind})")
-        raise typer.Exit(1) from None
-    except Exception as exc:  # noqa: BLE001 - the model sees the type only; you see the traceback
-        traceback.print_exc()
-        typer.echo(f"the model is told: {found.name} failed: {type(exc).__name__} (counted as a tool error)")
+    except Exception as exc:  # noqa: BLE001 - as the agent's ladder (agent/instance.py) shows and counts it
+        if not isinstance(exc, EXPECTED_FAILURES):
+            traceback.print_exc()  # the model sees the type only; you see the traceback
+        text, infra = failure_shown(found.name, exc)
+        counted = "a tool error of the infrastructure's" if infra else "a tool error"
+        typer.echo(f"the model is told: {text} (counted as {counted})")
         raise typer.Exit(1) from None
     typer.echo(f"the model is told:\n{result}")
