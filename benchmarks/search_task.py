@@ -107,7 +107,8 @@ def main() -> None:
     rows = make_questions(args.kb_dir, tokenizer, args.per_article)
     if args.rl_share > 0:
         # the warm start's side keeps the name `train`: `sft-data --heldout` splits by a hash of dataset and id
-        sides = dict(zip(("train", "rl", "heldout"), learning_split(rows, args.heldout, args.rl_share).values()))
+        learning = learning_split(rows, args.heldout, args.rl_share)
+        sides = {"train": learning["sft"], "rl": learning["rl"], "heldout": learning["heldout"]}
     else:
         train, held = split(rows, args.heldout, args.seed)
         sides = {"train": train, "heldout": held}
