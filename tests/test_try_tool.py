@@ -11,54 +11,21 @@ from typer.testing import CliRunner
 
 from asearcher_plugin.cli import app
 
-TOOLS = '''
-import time
-
-from asearcher_plugin.tools import ToolUnavailable
-
-
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression."""
-    return str(eval(expression, {"__builtins__": {}}))
-
-
-def unit_price(total: float, count: int = 1) -> dict:
-    """Price of one unit."""
-    return {"unit": total / count}
-
-
-def rates() -> str:
-    """Today's exchange rates."""
-    raise ToolUnavailable("the rates service answered 503")
-
-
-def slow() -> str:
-    """Never in time."""
-    time.sleep(5)
-    return "late"
-'''
-
-
-@pytest.fixture
-def tools_module(tmp_path, monkeypatch):
-    module = f"my_tools_{os.getpid()}_{tmp_path.name.replace('-', '_')}"  # resolve_extra caches by name
-    (tmp_path / f"{module}.py").write_text(TOOLS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return module
+MODULE = "tests.tool_examples"  # the tools the agent's tests offer; docs/tools.md's calculator among them
 
 
 def invoke(*args):
     return CliRunner().invoke(app, ["tool", *args])
 
 
-def test_the_schema_and_a_call_as_the_model_sees_them(tools_module):
-    shown = invoke(f"{tools_module}:calculator", "--call", '{"expression": "6 * 7"}')
+def test_the_schema_and_a_call_as_the_model_sees_them():
+    shown = invoke(f"{MODULE}:calculator", "--call", '{"expression": "6 * 7"}')
     assert shown.exit_code == 0, shown.output
     schema = json.loads(shown.output[: shown.output.index("call: ")])
     assert schema["function"]["name"] == "calculator"
     assert schema["function"]["parameters"]["properties"] == {"expression": {"type": "string"}}
     assert shown.output.rstrip().endswith("the model is told:\n42")
-    dict_result = invoke(f"{tools_module}:unit_price", "--call", '{"total": 9, "count": 3}')
+    dict_result = invoke(f"{MODULE}:unit_price", "--call", '{"total": 9, "count": 3}')
     assert dict_result.output.rstrip().endswith('{"unit": 3.0}')  # not text: shown as JSON
 
 
@@ -75,29 +42,29 @@ def test_the_schema_and_a_call_as_the_model_sees_them(tools_module):
         ),
     ],
 )
-def test_a_bad_call_shows_what_the_model_is_told(tools_module, name, arguments, told):
-    result = invoke(f"{tools_module}:{name}", "--call", arguments)
+def test_a_bad_call_shows_what_the_model_is_told(name, arguments, told):
+    result = invoke(f"{MODULE}:{name}", "--call", arguments)
     assert result.exit_code == 1
     assert f"the model is told: {told}" in result.output
 
 
-def test_a_call_past_its_deadline_is_the_infrastructures(tools_module):
-    result = invoke(f"{tools_module}:slow", "--call", "{}", "--deadline", "0.2")
+def test_a_call_past_its_deadline_is_the_infrastructures():
+    result = invoke(f"{MODULE}:slow", "--call", "{}", "--deadline", "0.2")
     assert result.exit_code == 1 and "slow failed: TimeoutError" in result.output
     assert "of the infrastructure's" in result.output
 
 
-def test_bad_input_is_named_before_anything_runs(tools_module):
-    not_json = invoke(f"{tools_module}:calculator", "--call", "{expression")
+def test_bad_input_is_named_before_anything_runs():
+    not_json = invoke(f"{MODULE}:calculator", "--call", "{expression")
     assert not_json.exit_code == 2 and "error: --call is not JSON" in not_json.output
     assert '"function"' not in not_json.output
-    missing = invoke(f"{tools_module}:nothing")
-    assert missing.exit_code == 2 and f"module '{tools_module}' has no attribute 'nothing'" in missing.output
+    missing = invoke(f"{MODULE}:nothing")
+    assert missing.exit_code == 2 and f"module '{MODULE}' has no attribute 'nothing'" in missing.output
 
 
 def test_the_console_script_imports_from_the_current_folder_only_with_pythonpath(tmp_path):
     """As `asearcher train` and Ray's workers: the folder a command runs in is not on Python's path."""
-    (tmp_path / "my_tools.py").write_text(TOOLS)
+    (tmp_path / "my_tools.py").write_text((Path(__file__).parent / "tool_examples.py").read_text())
     script = Path(sys.executable).with_name("asearcher")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     cmd = [str(script), "tool", "my_tools:calculator", "--call", '{"expression": "2 + 3"}']

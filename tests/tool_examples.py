@@ -4,6 +4,8 @@ import ast
 import operator
 import time
 
+from asearcher_plugin.tools import ToolUnavailable
+
 _OPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -37,3 +39,19 @@ def never_in_time() -> str:
 
 
 never_in_time.deadline = 0.2
+
+
+def unit_price(total: float, count: int = 1) -> dict:
+    """Price of one unit."""
+    return {"unit": total / count}
+
+
+def rates() -> str:
+    """Today's exchange rates."""
+    raise ToolUnavailable("the rates service answered 503")
+
+
+def slow() -> str:
+    """A lookup with no deadline of its own: tools.call_deadline applies."""
+    time.sleep(2)
+    return "late"
