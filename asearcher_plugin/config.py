@@ -155,6 +155,7 @@ class JudgeConfig(EndpointConfig):
         return path
 
 
+PACKAGED_TEMPLATES = Path(__file__).parent / "agent" / "templates"
 ASEARCHER_INVALID_WORDS = ["question", "invalid", "appropriate", "valid"]
 
 
@@ -165,6 +166,11 @@ class RewardConfig(_Strict):
         False,
         description="F1 over single characters plus digit runs when a gold answer holds "
         "a Chinese character (ASearcher's training F1); off: over whitespace-separated words",
+    )
+    bool_mapping: bool = Field(
+        False,
+        description='an answer or gold answer of exactly "True" / "False" scored as "yes" / "no" '
+        "(ASearcher's training reward)",
     )
     aug_answer_weight: float = Field(
         0.0,
@@ -178,6 +184,16 @@ class RewardConfig(_Strict):
         description="the reward of an answer holding one of invalid_answer_words (case-sensitive); ASearcher: -0.5",
     )
     invalid_answer_words: list[str] = Field(default_factory=lambda: list(ASEARCHER_INVALID_WORDS))
+    valid_inst_ratio: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="share of questions told to find the most likely answer, the only ones whose invalid answers "
+        "get invalid_answer_penalty; the others keep the template's sentence allowing '<answer> the question is "
+        "invalid. </answer>' (ASearcher's configs: 0.3, with its template asearcher-search-only). Drawn per "
+        "question by a hash of its text, the same for its whole group. Below 1 the prompt template must hold "
+        "ASearcher's invalid-question sentence",
+    )
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     function: str | None = Field(
         None,
@@ -208,7 +224,8 @@ class AgentConfig(_Strict):
     prompt_template: str | None = Field(
         None,
         description="a prompt template file of your own (fields: {question}, {current_date}, and {history} for "
-        "asearcher-reasoning); default: the packaged template of agent_type",
+        "asearcher-reasoning), or a packaged one by name (asearcher-search-only: ASearcher's training prompt); "
+        "default: the packaged template of agent_type",
     )
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     tool_call_format: Literal["hermes", "llama3-json"] = Field(
@@ -233,6 +250,9 @@ class AgentConfig(_Strict):
             return path
         from asearcher_plugin.template_check import read_template
 
+        packaged = PACKAGED_TEMPLATES / f"{path}.txt"
+        if not Path(path).expanduser().exists() and "/" not in path and packaged.is_file():
+            path = str(packaged)  # a packaged template by name, e.g. asearcher-search-only
         path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
         read_template(path, info.data["agent_type"])  # TemplateError is a ValueError: reported with the field
         return path
@@ -261,6 +281,21 @@ class AgentConfig(_Strict):
                 "agent_type 'tool-calls' returns tool results as tool messages: observation_format "
                 "'asearcher' (ASearcher's inline blocks) does not apply to it"
             )
+        if self.reward.valid_inst_ratio < 1 and self.agent_type == "asearcher-reasoning":
+            raise ValueError(
+                "reward.valid_inst_ratio < 1 rewrites the first prompt; asearcher-reasoning rebuilds its prompt "
+                "every call, so it takes 1 (every question told to find the most likely answer)"
+            )
+        if self.reward.valid_inst_ratio < 1 and self.wrap_prompt:
+            from asearcher_plugin.template_check import INVALID_SENTENCE
+
+            template = Path(self.prompt_template or PACKAGED_TEMPLATES / f"{self.agent_type}.txt")
+            if INVALID_SENTENCE not in template.read_text(encoding="utf-8"):
+                raise ValueError(
+                    f"reward.valid_inst_ratio {self.reward.valid_inst_ratio} < 1 replaces ASearcher's invalid-question"
+                    f" sentence in the prompt, and the template {template.name} has none: use prompt_template "
+                    "asearcher-search-only (ASearcher's), or a template holding that sentence"
+                )
         return self
 
 
@@ -293,6 +328,12 @@ class SchedulerConfig(_Strict):
         "consumed within eta is started afresh once, then dropped; mask: admit as keep, and take every model "
         "turn generated more than eta versions before the update that trains it out of the loss (its "
         "trajectory's reward still counts in the group's baseline)",
+    )
+    group_filter: Literal["mean_in_range", "scores_differ"] = Field(
+        "mean_in_range",
+        description="with --algo.dynamic_filtering_enable, the groups trained: mean_in_range keeps a group whose "
+        "mean score lies strictly inside --algo.dynamic_filtering_range (OpenRLHF's rule); scores_differ keeps a "
+        "group unless all its scores are equal, whatever their value (ASearcher's: such a group has no advantage)",
     )
     trace: str | None = Field(
         None,

@@ -206,10 +206,15 @@ def check_run(argv: list[str], scheduler: SchedulerConfig, training_sequences: s
     checks on flags given without a recipe.
     """
     from .openrlhf.args import check_args
-    from .openrlhf.settings import check_per_call, resolve_settings
+    from .openrlhf.settings import StreamingSettingsError, check_per_call, resolve_settings
 
     args = check_args(argv)
     settings = resolve_settings(scheduler, args) if scheduler.enable and args.train.async_enable else None
+    if settings is None and scheduler.group_filter != "mean_in_range":
+        raise StreamingSettingsError(
+            f"scheduler.group_filter: {scheduler.group_filter} is the streaming scheduler's; OpenRLHF's own "
+            "generator (no --train.async_enable, or scheduler.enable: false) keeps groups by mean (mean_in_range)"
+        )
     if training_sequences == "per_call":
         check_per_call(args, settings)
     return args, settings

@@ -3,7 +3,8 @@
 Two normalisations, because the two lineages score differently:
 - SQuAD (`normalize_answer`): lower case, punctuation removed, articles removed. Search-R1's EM.
 - ASearcher (`normalize_text`): every punctuation character becomes a space, no article removal,
-  and F1 is computed over *sets* of tokens. ASearcher's training F1.
+  and F1 is computed over *sets* of tokens. ASearcher's F1 (its evaluation's exactly; its training reward adds
+  `bool_mapping` and, for Chinese, characters).
 
 Options of ASearcher's training reward (`RewardConfig`), each off by default: F1 over characters when
 a gold answer holds Chinese text (`cjk=True`), the blend with `aug_answer` aliases, and the penalty for
@@ -20,7 +21,6 @@ from collections.abc import Sequence
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TO_SPACE = re.compile("[" + re.escape(string.punctuation) + "]")
-_BOOL = {"true": "yes", "false": "no"}
 
 
 def normalize_answer(text: str) -> str:
@@ -31,8 +31,7 @@ def normalize_answer(text: str) -> str:
 
 def normalize_text(text: str) -> str:
     """ASearcher normalisation: punctuation to spaces, lower case, whitespace collapsed."""
-    text = _BOOL.get(str(text).strip().lower(), str(text))
-    return " ".join(_PUNCT_TO_SPACE.sub(" ", text.lower()).split())
+    return " ".join(_PUNCT_TO_SPACE.sub(" ", str(text).lower()).split())
 
 
 def _golds(gold: str | Sequence[str]) -> list[str]:
@@ -51,10 +50,16 @@ def substring_match(pred: str, gold: str | Sequence[str]) -> float:
     return float(any((g := normalize_answer(x)) and g in p for x in _golds(gold)))
 
 
+def bool_mapping(text: str) -> str:
+    """An answer or gold of exactly "True" / "False" read as "yes" / "no": ASearcher's training reward and its
+    evaluation's cover-EM do this (its evaluation F1 does not)."""
+    return {"True": "yes", "False": "no"}.get(text, text)
+
+
 def cover_exact_match(pred: str, gold: str | Sequence[str]) -> float:
-    """Every token of a gold answer appears in the prediction (R1-Searcher's ACC_R)."""
-    p = set(normalize_answer(pred).split())
-    return float(any((g := normalize_answer(x).split()) and set(g) <= p for x in _golds(gold)))
+    """Every token of a gold answer appears in the prediction (R1-Searcher's ACC_R, ASearcher's CEM)."""
+    p = set(normalize_answer(bool_mapping(pred)).split())
+    return float(any((g := normalize_answer(bool_mapping(x)).split()) and set(g) <= p for x in _golds(gold)))
 
 
 # The ranges ASearcher's `contains_chinese` matches. Its test for supplementary planes never fires in
@@ -152,6 +157,8 @@ def score_all(pred: str | None, gold: str | Sequence[str], options=None, aug: Se
     if pred is None:
         return {name: 0.0 for name in METRICS}
     cjk = bool(getattr(options, "cjk_char_f1", False))
+    if getattr(options, "bool_mapping", False):
+        pred, gold, aug = bool_mapping(pred), [bool_mapping(g) for g in _golds(gold)], [bool_mapping(a) for a in aug]
     weight = float(getattr(options, "aug_answer_weight", 0.0))
     aug = [a for a in aug if str(a).strip()] if weight else []
 

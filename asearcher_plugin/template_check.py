@@ -40,6 +40,13 @@ def check_template(text: str, source: str, fields: Iterable[str], required: Iter
     return text
 
 
+# ASearcher's sentence letting the model call a question invalid (AReaL/ASearcher/train/prompts.py, INVALID_PROMPT,
+# inclusionAI/ASearcher@813e804): `reward.valid_inst_ratio` below 1 replaces it, so the template must hold it.
+INVALID_SENTENCE = (
+    "Note that when the Assistant finds the question is invalid, e.g. no answer could match all information in the "
+    "question, the Assistant replies with '<answer> the question is invalid. </answer>'."
+)
+
 # The fields a prompt template of each agent type may use; `question` is required. Here rather than beside the
 # agent's prompts so that the config can check a template at load without importing the agent.
 TEMPLATE_FIELDS = {

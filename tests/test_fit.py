@@ -58,7 +58,12 @@ def test_more_engines_than_the_node_has_is_refused_by_dry_run():
 @pytest.mark.parametrize(
     "overrides, gpus",
     [
-        (["openrlhf.algo.kl.init_coef=0.01"], {"vLLM": 4, "policy": 4, "reference": 4}),  # a reference of its own
+        # a reference of its own, on OpenRLHF's default ref.num_gpus_per_node (8): more than the node has
+        (["openrlhf.algo.kl.init_coef=0.01"], {"vLLM": 4, "policy": 4, "reference": 8}),
+        (
+            ["openrlhf.algo.kl.init_coef=0.01", "openrlhf.ref.num_gpus_per_node=4"],
+            {"vLLM": 4, "policy": 4, "reference": 4},
+        ),
         (["openrlhf.algo.kl.init_coef=0.01", "openrlhf.train.colocate_actor_ref=true"], {"vLLM": 4, "policy": 4}),
         (["openrlhf.vllm.tensor_parallel_size=2"], {"vLLM": 8, "policy": 4}),
     ],

@@ -115,7 +115,11 @@ def test_streaming_needs_eta_at_least_the_queue():
         Recipe.load(BASE, ["openrlhf.train.async_queue_size=4", "scheduler.max_staleness=2"]).check()
     checked = Recipe.load(BASE, ["scheduler.max_staleness=null", "openrlhf.train.async_queue_size=2"]).check()
     assert checked.scheduler.max_staleness == 4  # default: queue + 2
-    assert Recipe.load(BASE, ["scheduler.enable=false"]).check().scheduler is None
+    # ASearcher's group filter and per-call sequences are the streaming scheduler's: refused without it, by name
+    with pytest.raises(RecipeError, match="scheduler.group_filter: scores_differ is the streaming scheduler's"):
+        Recipe.load(BASE, ["scheduler.enable=false"]).check()
+    plain = ["scheduler.enable=false", "scheduler.group_filter=mean_in_range", "agent.training_sequences=trajectory"]
+    assert Recipe.load(BASE, plain).check().scheduler is None
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from asearcher_plugin.reward import (
 def test_normalisations():
     assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
     assert normalize_text("The  Eiffel-Tower!") == "the eiffel tower"
-    assert normalize_text("True") == "yes"
+    assert normalize_text("True") == "true"  # as ASearcher's evaluation F1: True/False mapped only on request
 
 
 @pytest.mark.parametrize(
@@ -154,3 +154,49 @@ def test_null_label_has_no_gold_answer():
     assert parse_gold(["Luanda", None]) == ["Luanda"]
     assert score_all("None", parse_gold(None))["em"] == 0.0
     assert score_all("None", parse_gold(None))["f1"] == 0.0
+
+
+def test_valid_instruction_mix_as_asearcher_trains():
+    """`valid_inst_ratio` 0.3 with ASearcher's template: about 30% of questions are asked for the most likely answer
+    (its VALID sentence in place of the invalid-question one) and only their invalid answers lose 0.5; every sample
+    of a question agrees."""
+    import asyncio
+
+    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.env import AgentInstance
+
+    invalid_sentence = "the Assistant replies with '<answer> the question is invalid. </answer>'."
+    config = AgentConfig(
+        agent_type="asearcher",
+        prompt_template="asearcher-search-only",
+        reward={"metric": "asearcher_f1", "invalid_answer_penalty": -0.5, "valid_inst_ratio": 0.3},
+    )
+
+    async def episode(question: str):
+        agent = AgentInstance(config, None)
+        prompt = (await agent.reset({"observation": question}))["observation"]
+        result = await agent.turn("<think>x</think>\n<answer> the question is invalid. </answer>", label=["Luanda"])
+        return prompt, result.reward
+
+    questions = [f"What is the capital of country number {i}?" for i in range(400)]
+    runs = [asyncio.run(episode(q)) for q in questions]
+    told_valid = [invalid_sentence not in prompt for prompt, _ in runs]
+    assert 0.25 < sum(told_valid) / len(runs) < 0.35  # 0.3 of the questions, drawn per question
+    for (prompt, reward), valid in zip(runs, told_valid):
+        if valid:  # ASearcher's VALID sentence in its place, and the invalid answer penalised
+            assert "You should try to find the most likely answer. " in prompt and reward == -0.5
+        else:  # the template as ASearcher ships it, the invalid answer scored as any wrong answer
+            assert prompt.startswith("A conversation between User and Assistant.") and reward == 0.0
+    assert [asyncio.run(episode(q))[1] for q in questions[:20]] == [r for _, r in runs[:20]]  # the group agrees
+    # a template without the sentence to replace is refused at load, naming the way out
+    with pytest.raises(ValueError, match="asearcher-search-only"):
+        AgentConfig(agent_type="asearcher", reward={"valid_inst_ratio": 0.3})
+
+
+def test_bool_mapping_reads_true_and_false_as_yes_and_no():
+    opts = RewardConfig(bool_mapping=True)
+    assert score_all("True", ["yes"], opts)["asearcher_f1"] == 1.0
+    assert score_all("yes", ["True"], opts)["f1"] == 1.0
+    assert score_all("False", ["no"], opts)["em"] == 1.0
+    assert score_all("true", ["yes"], opts)["f1"] == 0.0  # exactly "True", as ASearcher's
+    assert score_all("True", ["yes"], RewardConfig())["f1"] == 0.0  # off by default

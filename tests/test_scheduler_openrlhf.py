@@ -351,7 +351,7 @@ class CountingEngine:
         return self.prompts, self.polled
 
 
-def counting_generator(streaming, rows, engines, max_concurrent):
+def counting_generator(streaming, rows, engines, max_concurrent, **settings):
     from asearcher_plugin.config import SchedulerConfig
 
     return streaming.StreamingSamplesGenerator(
@@ -360,7 +360,7 @@ def counting_generator(streaming, rows, engines, max_concurrent):
         eval_dataloader=None,
         tokenizer=None,
         vllm_engines=engines,
-        settings=SchedulerConfig(max_concurrent=max_concurrent, max_staleness=3),
+        settings=SchedulerConfig(max_concurrent=max_concurrent, max_staleness=3, **settings),
     )
 
 
@@ -434,3 +434,34 @@ def test_contract_check_names_what_changed(streaming, monkeypatch, module, name,
     monkeypatch.setattr(cls, method, getattr(replacement, method))
     with pytest.raises(streaming.OpenRLHFContractError, match=re.escape(problem)):
         streaming.check_contract()
+
+
+# -- which groups dynamic filtering trains (scheduler.group_filter) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scores, by_mean, by_difference",
+    [
+        ([0.5, 0.5, 0.5, 0.5], True, False),  # equal partial F1s: OpenRLHF trains them, ASearcher drops them
+        ([0.0, 0.0, 0.0, 1.0], True, True),
+        ([1.0, 1.0], False, False),
+        ([0.0, 0.0], False, False),
+        ([-0.5, 0.3], False, True),  # a penalty pulls the mean out of (0, 1); the scores still differ
+    ],
+)
+def test_group_filter_keeps_what_its_rule_says(streaming, scores, by_mean, by_difference):
+    import torch
+
+    def group():  # one sample per trajectory, as the generator's groups hold them
+        samples = [SimpleNamespace(scores=torch.tensor([x]), asearcher_trajectory=i) for i, x in enumerate(scores)]
+        return SimpleNamespace(samples=samples)
+
+    generators = {}
+    for rule in ("mean_in_range", "scores_differ"):
+        generator = counting_generator(streaming, [], [None], 2, group_filter=rule)  # no group runs here
+        generator.args.algo.dynamic_filtering_enable = True
+        generators[rule] = generator
+    assert generators["mean_in_range"]._keep(group()) is by_mean
+    assert generators["scores_differ"]._keep(group()) is by_difference
+    generators["scores_differ"].args.algo.dynamic_filtering_enable = False
+    assert generators["scores_differ"]._keep(group()) is True  # no filtering asked: every group trains

@@ -25,6 +25,7 @@ from asearcher_plugin.agent.prompts import (
     invalid_feedback,
     template_for,
 )
+from asearcher_plugin.agent.valid_instruction import instruct, told_valid
 from asearcher_plugin.config import AgentConfig, load_config
 from asearcher_plugin.records import flat_logs
 from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
@@ -96,12 +97,16 @@ class AgentInstance(AgentInstanceBase):
         self.scores: dict[str, float] = dict.fromkeys(METRICS, 0.0)
         self.judge_failed = False
         self.question = ""
+        self.told_valid = True  # whether the prompt asked for the most likely answer (valid_instruction.py)
         self.last_action = None  # the action parsed from the latest turn, for a turn hook
 
     async def reset(self, states: dict, **kwargs) -> dict:
         question = self.question = scrub(states["observation"])
+        self.told_valid = told_valid(question, self.config.reward.valid_inst_ratio)
         observation = (
-            build_prompt(self.config.agent_type, question, self.template) if self.config.wrap_prompt else question
+            instruct(build_prompt(self.config.agent_type, question, self.template), self.told_valid)
+            if self.config.wrap_prompt
+            else question
         )
         return {"observation": observation, "label": states.get("label")}
 
@@ -241,7 +246,7 @@ class AgentInstance(AgentInstanceBase):
             )
         if self.config.reward.format_factor:
             score *= format_factor(self.invalid, self.answer is not None)
-        return invalid_answer_penalty(score, self.answer, self.config.reward)
+        return invalid_answer_penalty(score, self.answer, self.config.reward) if self.told_valid else score
 
     async def _judge(self, golds: list[str], fallback: float) -> float:
         from asearcher_plugin.judge import JudgeUnavailable, judge

@@ -183,13 +183,6 @@ class StreamingSamplesGenerator(SamplesGenerator):
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="streaming-scheduler", daemon=True).start()
         args, s = self.args, self.settings
-        low, high = args.algo.dynamic_filtering_range
-
-        def keep(group: Group) -> bool:
-            if not args.algo.dynamic_filtering_enable:
-                return True
-            scores = [e.scores[0].item() for e in first_sequences(group.samples) if e.scores is not None]
-            return not scores or low < sum(scores) / len(scores) < high
 
         def prompts():
             while self._replay:
@@ -242,7 +235,7 @@ class StreamingSamplesGenerator(SamplesGenerator):
                 batch_size=args.rollout.batch_size,
                 max_concurrent=s.max_concurrent,
                 max_staleness=s.max_staleness,
-                keep_group=keep,
+                keep_group=self._keep,
                 on_stale=s.on_stale,
                 consume_lag=args.train.async_queue_size,
                 admitted_before=self._admitted_before,
@@ -251,6 +244,10 @@ class StreamingSamplesGenerator(SamplesGenerator):
 
         self._drawn_reported = self._replayed = 0
         return self._run(build())
+
+    def _keep(self, group: Group) -> bool:
+        scores = [e.scores[0].item() for e in first_sequences(group.samples) if e.scores is not None]
+        return keeps_group(scores, self.args.algo, self.settings.group_filter)
 
     def _sample(self, piece: dict, generate_kwargs):
         """One OpenRLHF sample (OpenRLHF's own conversion) with the policy versions of its tokens."""
@@ -460,6 +457,16 @@ class _CallRecorder:
     def __init__(self):
         self.get_num_unfinished_requests = self._Method(lambda: ray.put(0))
         self.generate_responses = self._Method(lambda **kwargs: kwargs)
+
+
+def keeps_group(scores: list[float], algo, group_filter: str) -> bool:
+    """Whether dynamic filtering trains a group with these per-trajectory scores (`scheduler.group_filter`)."""
+    if not algo.dynamic_filtering_enable or not scores:
+        return True
+    if group_filter == "scores_differ":
+        return max(scores) != min(scores)
+    low, high = algo.dynamic_filtering_range
+    return low < sum(scores) / len(scores) < high
 
 
 def first_sequences(samples: list) -> list:
