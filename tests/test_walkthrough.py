@@ -1,12 +1,14 @@
-"""The README, docs/getting-started.md and docs/tools.md followed as a new user follows them: the quickstart, then
-every command of their `bash` blocks in order (a file a page has the reader save written first), from the folder the
-quickstart wrote `runs/` into, with the knowledge-base server started as the README says.
+"""The README and the pages of PAGES followed as a new user follows them: the quickstart, then every command of their
+`bash` blocks in order (a file a page has the reader save written first), from a folder laid out as the repository
+root after the quickstart (its `runs/`, with `benchmarks/` and `recipes/` beside it), with the knowledge-base servers
+the pages start. Together: the tour, custom tools, `asearcher train cpu_tiny --cpu`, and the warm start then RL.
 
 Each command must end with status 0 and no traceback, within its stated time (the `~N s`, `~N min` or `seconds` of
 its comment) with a wide margin: the slack is for shared CI cores, the limit is for a command that would run for
-hours. Not run here: the environment set-up that CI's `scripts/test.sh` performs itself (the virtual environment,
-the `pip install` lines, whose packages are checked instead), the suite itself, and a command that needs an extra
-and has its own test (it must name that extra). Fixed ports are replaced by free ones.
+hours. A long run may be shortened by what its comment says the walkthrough test adds (`--set
+openrlhf.data.max_samples=8`: the same path, fewer steps). Not run here: the environment set-up that CI's
+`scripts/test.sh` performs itself (the virtual environment, the `pip install` lines, whose packages are checked
+instead) and the suite itself. Fixed ports are replaced by free ones; a recipe's KB address by the page's server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -30,10 +33,11 @@ from tests.helpers import stderr_until_pid
 pytestmark = [pytest.mark.slow, pytest.mark.ray, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["README.md", "docs/getting-started.md", "docs/tools.md"]
+PAGES = ["README.md", "docs/getting-started.md", "docs/tools.md", "docs/training.md", "docs/warm-start.md"]
 SET_UP = ("python3 -m venv", ". .venv/bin/activate", "sh scripts/test.sh", "sh scripts/install-cpu-harness.sh")
-# command -> (what its comment must name for the install it needs, the test that runs it)
-OWN_TEST = {"asearcher train cpu_tiny --cpu": ("scripts/install-cpu-harness.sh", "tests/test_openrlhf_train_cpu.py")}
+HARNESS = "scripts/install-cpu-harness.sh"  # what a page must name beside a `--cpu` command it does not run itself
+# a command several pages show -> the page that runs it (the one that says what to expect from it)
+RUN_ON = {"asearcher train cpu_tiny --cpu": "docs/training.md"}
 QUICKSTART = "asearcher quickstart"
 
 
@@ -53,7 +57,7 @@ def page_files(page: str) -> dict[str, str]:
 
 def stated_seconds(line: str) -> float | None:
     comment = line.partition("#")[2]
-    if found := re.search(r"~\s*(\d+)\s*(s|min)\b", comment):
+    if found := re.search(r"~\s*(\d+(?:\.\d+)?)\s*(s|min)\b", comment):
         return float(found.group(1)) * (60 if found.group(2) == "min" else 1)
     return 10.0 if re.search(r"\bseconds\b", comment) else None
 
@@ -126,52 +130,125 @@ def test_quickstart_runs_the_whole_path_and_leads_with_the_agent_at_work(quickst
         assert noise not in err, noise
 
 
-def test_every_command_of_the_readme_and_getting_started_runs_in_order(quickstart):
+@pytest.fixture(scope="module")
+def walk(quickstart):
+    """Every command of PAGES run in order in the quickstart's folder; (folder, the commands run as (page, command,
+    seconds), the ports that stand for the pages' fixed ones). Servers a page starts stay up until the module ends,
+    but one started on a port an earlier server holds replaces it, as the pages tell the reader to do."""
     home = quickstart[0]
+    for folder in ("benchmarks", "recipes"):  # the pages run from the repository root, beside the quickstart's runs/
+        (home / folder).symlink_to(ROOT / folder)
     ports = {"5005": str(free_port()), "8000": str(free_port())}
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    background: list[subprocess.Popen] = []
-    ran, checked = [], []
+    env = command_env()
+    background: dict[str, subprocess.Popen] = {}
+    ran: list[tuple[str, str, float]] = []
     try:
         for page in PAGES:
             for name, code in page_files(page).items():
                 (home / name).write_text(code)
             for line in page_commands(page):
                 for part in (p.strip() for p in line.partition(" #")[0].split(" && ")):
-                    if part.startswith(SET_UP):
+                    if (
+                        part.startswith(SET_UP) or part == QUICKSTART
+                    ):  # CI does the set-up; the fixture ran the quickstart
                         continue
                     if part.startswith("pip install"):  # CI's scripts/test.sh installs these; they must be there
                         missing = [name for name in package_names(part) if not installed(name)]
                         assert not missing, f"{page}: `{part}`: not installed: {missing}"
-                        checked.append(part)
                         continue
-                    if part == QUICKSTART:  # the fixture ran it
-                        continue
-                    if part in OWN_TEST:
-                        extra, test = OWN_TEST[part]
-                        assert extra in line, f"{page}: `{part}` needs {extra} and must say so"
-                        assert (ROOT / test).is_file()
+                    if part in RUN_ON and RUN_ON[part] != page:
+                        assert HARNESS in line, f"{page}: `{part}` needs {HARNESS} and must say so"
                         continue
                     command = re.sub(r"\b(5005|8000)\b", lambda m: ports[m.group(1)], part)
+                    command += variant(line)
+                    if command.startswith("asearcher train ") and "--dry-run" not in command:
+                        # the recipe's KB address is the page's fixed port
+                        command += f" --set agent.tools.local.urls=[http://127.0.0.1:{ports['5005']}]"
+                    started = time.monotonic()
                     if command.endswith("&"):
-                        background.append(start(command.rstrip("& "), home, env, line, page))
+                        port = re.search(r"--port (\d+)", command)
+                        assert port, f"{page}: `{command}`: a server started in the background names its --port"
+                        if old := background.pop(port.group(1), None):
+                            stop(old)
+                        background[port.group(1)] = start(command.rstrip("& "), home, env, line, page)
                     else:
                         run(command, home, env, line, page)
-                    ran.append(part)
+                    ran.append((page, part, time.monotonic() - started))
+        print(timing_table(ran))  # `pytest -rP` shows it: the time of each documented path
+        yield home, ran, ports
     finally:
-        for proc in background:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+        for proc in background.values():
+            stop(proc)
+
+
+def command_env() -> dict:
+    """The environment the pages' commands run in: this interpreter's scripts first on PATH, as after activation."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def variant(line: str) -> str:
+    """What a page's comment says the walkthrough adds to its command (a smaller run of the same path): its
+    `(the walkthrough test adds `ARGS`)`."""
+    found = re.search(r"the walkthrough test adds `([^`]+)`", line.partition(" #")[2])
+    return f" {found.group(1)}" if found else ""
+
+
+def timing_table(ran: list[tuple[str, str, float]]) -> str:
+    rows = [f"| {page} | `{command[:90]}` | {seconds:.0f} |" for page, command, seconds in ran]
+    totals = {page: sum(s for p, _, s in ran if p == page) for page in dict.fromkeys(p for p, _, _ in ran)}
+    rows += [f"| {page} | all of its commands | {seconds:.0f} |" for page, seconds in totals.items()]
+    return "\n".join(["| page | command | s |", "|---|---|---|", *rows])
+
+
+def test_every_command_of_every_page_runs_in_order(walk):
+    home, ran, _ = walk
+    commands = [command for _, command, _ in ran]
     # the tour's commands ran, and the eval example wrote its report
-    assert any(c.startswith("asearcher kb query") for c in ran) and any(c.startswith("asearcher eval") for c in ran)
-    assert any(c.startswith("asearcher train local_7b_1node --dry-run") for c in ran) and checked
+    assert any(c.startswith("asearcher kb query") for c in commands)
+    assert any(c.startswith("asearcher train local_7b_1node --dry-run") for c in commands)
     assert json.loads((home / "runs" / "eval-tour" / "metrics.json").read_text())["items_ok"] == 10
     # the tools page: its calculator, saved as the page says, offered to every trajectory of its eval
-    assert any(c.startswith("PYTHONPATH=. asearcher tool my_tools:calculator") for c in ran)
+    assert any(c.startswith("PYTHONPATH=. asearcher tool my_tools:calculator") for c in commands)
     rows = [
         json.loads(line) for line in (home / "runs" / "eval-tools" / "trajectories.jsonl").read_text().splitlines()
     ]
     assert len(rows) == 5 and all(r["status"] == "ok" and '"name": "calculator"' in r["text"] for r in rows)
+    # a command more than one page shows ran on the page that says what to expect from it
+    for command, page in RUN_ON.items():
+        assert (page, command) in [(p, c) for p, c, _ in ran], f"{page} did not run `{command}`"
+    # training.md's cpu_tiny: OpenRLHF's real training, the model where the page says
+    assert (home / "runs" / "train" / "final" / "config.json").is_file()
+
+
+def test_the_warm_start_page_ends_with_a_model_that_answers_through_search(walk):
+    """docs/warm-start.md as written: on held-out questions about articles SFT never saw, the warm start answers
+    some through search, where the copying model before SFT does not, nor the warm start with a KB that answers
+    every search with another article; RL then starts from it and its model is evaluated."""
+    from benchmarks.learn_to_search import unrelated_kb
+
+    home, ran, ports = walk
+    warm = home / "runs" / "warm"
+    start, before = overall(warm / "eval-sft"), overall(warm / "eval-copier")
+    assert start["f1"]["avg@1"] >= 0.05, start  # measured 0.28: 11 of the 40 answered right
+    assert start["distributions"]["searches"]["mean"] > 0.5, start  # it searches, as the teacher did
+    assert before["f1"]["avg@1"] <= 0.02, before  # the copying model alone cannot answer
+    # the same evaluation with every search answered by another article's results
+    (evaluation,) = [c for p, c, _ in ran if p == "docs/warm-start.md" and "--out runs/warm/eval-sft" in c]
+    server = unrelated_kb(f"http://127.0.0.1:{ports['5005']}", int(free_port()))
+    try:
+        command = evaluation.replace("http://127.0.0.1:5005", f"http://127.0.0.1:{server.config.port}")
+        run(command.replace("runs/warm/eval-sft", "runs/warm/eval-unrelated"), home, command_env(), "# ~15 s", "test")
+    finally:
+        server.should_exit = True
+    unrelated = overall(warm / "eval-unrelated")
+    assert unrelated["f1"]["avg@1"] <= 0.02, unrelated  # the answers come from the search results
+    # RL from the warm start trained and its model answered the same evaluation
+    assert (warm / "rl" / "final" / "config.json").is_file()
+    assert json.loads((warm / "eval-rl" / "metrics.json").read_text())["items_ok"] == 40
+
+
+def overall(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())["datasets"]["overall"]
 
 
 def installed(name: str) -> bool:
@@ -193,6 +270,11 @@ def run(command: str, home: Path, env: dict, line: str, page: str) -> None:
         command, shell=True, capture_output=True, text=True, timeout=limit(line, page), cwd=home, env=env
     )
     assert out.returncode == 0 and "Traceback" not in out.stderr, f"{page}: `{command}`:\n{out.stderr[-3000:]}"
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
 
 
 def start(command: str, home: Path, env: dict, line: str, page: str) -> subprocess.Popen:
