@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -342,6 +343,9 @@ def test_deepspeeds_cpu_ops_are_left_unbuilt(monkeypatch):
     for module in (deepspeed_utils, strategy):
         monkeypatch.setattr(module, "get_train_ds_config", module.get_train_ds_config)
     monkeypatch.setitem(deepspeed.ops.__compatible_ops__, "deepspeed_shm_comm", True)
+    import torch.utils.cpp_extension as extensions
+
+    monkeypatch.setattr(extensions, "FileBaton", extensions.FileBaton)
     deepspeed_ops.skip_jit_ops()
     deepspeed_ops.skip_jit_ops()  # a second install changes nothing
     assert deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] is False
@@ -351,6 +355,34 @@ def test_deepspeeds_cpu_ops_are_left_unbuilt(monkeypatch):
     offloaded = strategy.get_train_ds_config(offload=False, adam_offload=True, optim_config=dict(adamw, params={}))
     assert "torch_adam" not in offloaded["optimizer"]["params"]
     assert "optimizer" not in strategy.get_train_ds_config(offload=False, adam_offload=False)
+
+
+def test_a_build_waiting_on_a_left_lock_names_the_file(tmp_path, monkeypatch, capfd):
+    """An interrupted DeepSpeed op build leaves its lock in the build cache; the next build waits on it. torch waits
+    in silence; the harness says which file after a few seconds (here 0.2)."""
+    import threading
+
+    import torch.utils.cpp_extension as extensions
+    import torch.utils.file_baton as torch_baton
+
+    from asearcher_plugin.openrlhf.cpu import deepspeed_ops
+
+    monkeypatch.setattr(extensions, "FileBaton", torch_baton.FileBaton)  # torch's own, whatever ran before
+    deepspeed_ops.name_build_locks(warn_after=0.2)
+    deepspeed_ops.name_build_locks(warn_after=0.2)  # a second install changes nothing
+    lock = tmp_path / "fused_adam" / "lock"
+    lock.parent.mkdir()
+    lock.write_text("")  # left by a build that was killed
+    baton = extensions.FileBaton(str(lock))
+    waiting = threading.Thread(target=baton.wait)
+    waiting.start()
+    time.sleep(1.0)
+    lock.unlink()  # what the message tells the user to do
+    waiting.join(timeout=10)
+    assert not waiting.is_alive()
+    err = capfd.readouterr().err
+    assert len(re.findall(r"waiting \d+ s so far for the build lock", err)) == 1, err
+    assert f"the build lock {lock}:" in err and "delete that file" in err
 
 
 def test_a_cuda_torchvision_beside_cpu_torch_is_named_in_one_line(tmp_path):
