@@ -1,0 +1,206 @@
+"""A task where the agent's decisions matter, over a built knowledge base: what to search, whether to read the page,
+when to answer without searching.
+
+Three kinds of question, mixed in one dataset, each built from words of the KB and checked on it:
+
+- `read` ("Word after WORD?"): WORD occurs in one passage of the whole KB; the answer is the word that follows it
+  there. Where the search result's text (its first `--doc-chars` characters) shows that word, opening the page is a
+  wasted turn (`needs_page` false); where it does not, the agent must open the page, whose first chunk
+  (`--page-chars`) holds it (`needs_page` true). A search for the question ranks WORD's passage first (the KB's BM25).
+- `both` ("Article with WORD1 and WORD2?"): each word occurs in exactly two passages, of two articles, and the two
+  share exactly one article, the answer. A search for the whole question does not rank it first; a search for each
+  word shows both of its articles in the top 2, so searching each word and comparing titles finds it.
+- `none` ("Echo WORD?"): the answer is in the question; a search only costs (`decision_reward.py` charges each).
+
+Questions are split by article (a `read` or `none` question's passage, a `both` question's answer), so no held-out
+question's article was seen in training. `python benchmarks/decision_task.py KB_DIR TOKENIZER OUT_DIR` writes
+`train.jsonl`, `rl.jsonl` and `heldout.jsonl` (rows `id`, `question`, `golden_answers`, `kind`, `title`, and for
+`read` rows `needs_page`), a deterministic function of the KB, the tokenizer and the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sqlite3
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.search_task import KEY_TOKENS, learning_split, passages  # noqa: E402
+
+WORD = re.compile(r"\b[A-Za-z]{6,}\b")  # a whole long word (search_task's KEY also matches inside "7Wonders")
+NEXT_WORD = re.compile(r"[ ,;:]{1,2}([A-Za-z]+)\b")  # the whole word right after, past a space or a comma
+DOC_CHARS = 200  # what a search result shows of a passage: recipes/cpu_warm_start.yaml's tools.max_doc_chars
+PAGE_CHARS = 5000  # the first chunk `access` shows: the native format's page_chunk_chars
+PER_ARTICLE = {"read": 4, "both": 3, "none": 2}  # questions per article and kind at most
+
+
+def title_of(row: dict) -> str:
+    return row["contents"].partition("\n")[0].strip().strip('"')
+
+
+def body_of(row: dict) -> str:
+    return row["contents"].partition("\n")[2]
+
+
+def qid(question: str) -> str:
+    return hashlib.sha256(question.encode()).hexdigest()[:12]
+
+
+def short_words(rows: list[dict], tokenizer) -> dict[str, bool]:
+    """Whether each long word of the KB is `KEY_TOKENS` tokens: every question's words are, so questions of a kind are
+    the same length and the copies a small model makes stay short."""
+    words = {w for r in rows for w in WORD.findall(body_of(r))}
+    return {w: len(tokenizer.tokenize(" " + w)) == KEY_TOKENS for w in words}
+
+
+def read_candidates(rows, df, short, pages, doc_chars, page_chars) -> list[dict]:
+    out = []
+    for row in rows:
+        title, body = title_of(row), body_of(row)
+        for m in WORD.finditer(body):
+            word = m.group(0)
+            if df[word.lower()] != 1 or word.lower() in title.lower() or not short[word]:
+                continue
+            after = NEXT_WORD.match(body, m.end())
+            if not after:
+                continue
+            shown = after.end() <= doc_chars
+            page = pages.get(title, "")
+            at = page.find(f"{word}{body[m.end() : after.end()]}")
+            if not shown and not 0 <= at <= page_chars - (after.end() - m.start()):
+                continue  # past the page's first chunk: more than one page read, kept out of this task
+            question = f"Word after {word}?"
+            out.append(
+                {"id": qid(question), "question": question, "golden_answers": [after.group(1)], "kind": "read",
+                 "title": title, "needs_page": not shown, "word": word}
+            )  # fmt: skip
+    return out
+
+
+def both_candidates(rows, short) -> list[dict]:
+    articles, hits = defaultdict(set), Counter()
+    for row in rows:
+        for w in {w for w in WORD.findall(body_of(row))}:
+            articles[w].add(title_of(row))
+            hits[w] += 1
+    two = sorted(w for w, arts in articles.items() if len(arts) == 2 and hits[w] == 2 and short[w])
+    by_article = defaultdict(list)
+    for w in two:
+        for a in articles[w]:
+            by_article[a].append(w)
+    out = []
+    for answer in sorted(by_article):
+        words = by_article[answer]
+        for i, w1 in enumerate(words):
+            for w2 in words[i + 1 :]:
+                if articles[w1] & articles[w2] == {answer} and answer.lower() not in f"{w1} {w2}".lower():
+                    question = f"Article with {w1} and {w2}?"
+                    out.append(
+                        {"id": qid(question), "question": question, "golden_answers": [answer], "kind": "both",
+                         "title": answer, "words": [w1, w2], "articles": sorted(articles[w1] | articles[w2])}
+                    )  # fmt: skip
+    return out
+
+
+def none_candidates(rows, df, short) -> list[dict]:
+    out = []
+    for row in rows:
+        for word in WORD.findall(body_of(row)):
+            if df[word.lower()] == 1 and short[word]:
+                question = f"Echo {word}?"
+                out.append(
+                    {"id": qid(question), "question": question, "golden_answers": [word], "kind": "none",
+                     "title": title_of(row)}
+                )  # fmt: skip
+    return out
+
+
+def checked_on_the_kb(kb_dir: Path, read: list[dict], both: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Kept when the KB's BM25 does what the kind needs: a `read` question ranks WORD's article first; a `both`
+    question's words each show both of their articles in the top 2, and the whole question does not rank the answer
+    first (one search is not enough)."""
+    from local_retriever.kb import KnowledgeBase
+
+    kb = KnowledgeBase(kb_dir, "bm25")
+
+    def titles(queries: list[str], k: int) -> list[list[str]]:
+        return [[row["title"] for row, _ in kb.rows(found)] for found in kb.search(queries, k)]
+
+    try:
+        read_top = titles([r["question"] for r in read], 1)
+        read = [r for r, top in zip(read, read_top) if top[:1] == [r["title"]]]
+        whole = titles([r["question"] for r in both], 1)
+        first = titles([r["words"][0] for r in both], 2)
+        second = titles([r["words"][1] for r in both], 2)
+    finally:
+        kb.close()
+    kept = []
+    for r, top, a, b in zip(both, whole, first, second):
+        arts_1 = set(r["articles"]) & set(a)
+        if top[:1] != [r["title"]] and r["title"] in a and r["title"] in b and len(set(a)) == len(set(b)) == 2:
+            if len(arts_1) == 2:  # word 1's two articles are the two it shows
+                kept.append(r)
+    return read, kept
+
+
+def cap(rows: list[dict], per_article: int) -> list[dict]:
+    taken, seen, out = Counter(), set(), []
+    for r in rows:
+        if taken[r["title"]] < per_article and r["id"] not in seen:
+            taken[r["title"]] += 1
+            seen.add(r["id"])
+            out.append(r)
+    return out
+
+
+def make_questions(kb_dir: Path, tokenizer, doc_chars: int = DOC_CHARS, page_chars: int = PAGE_CHARS) -> list[dict]:
+    rows = passages(kb_dir)
+    df = Counter(w for r in rows for w in {w.lower() for w in WORD.findall(r["contents"])})
+    short = short_words(rows, tokenizer)
+    with sqlite3.connect(kb_dir / "pages.sqlite") as con:
+        pages = dict(con.execute("select title, contents from pages"))
+    read = read_candidates(rows, df, short, pages, doc_chars, page_chars)
+    # as many questions that need the page as that do not, per article
+    read = cap([r for r in read if r["needs_page"]], PER_ARTICLE["read"] // 2) + cap(
+        [r for r in read if not r["needs_page"]], PER_ARTICLE["read"] // 2
+    )
+    # BM25 checks are the slow part: a few candidates per article are enough
+    both = cap(both_candidates(rows, short), 4 * PER_ARTICLE["both"])
+    read, both = checked_on_the_kb(kb_dir, read, both)
+    none = cap(none_candidates(rows, df, short), PER_ARTICLE["none"])
+    return [*read, *cap(both, PER_ARTICLE["both"]), *none]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kb_dir", type=Path)
+    ap.add_argument("tokenizer", help="the student model's folder: a question's words are counted in its tokens")
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--doc-chars", type=int, default=DOC_CHARS, help="characters a search result shows")
+    ap.add_argument("--page-chars", type=int, default=PAGE_CHARS, help="characters the first page read shows")
+    ap.add_argument("--heldout", type=float, default=0.25)
+    ap.add_argument("--rl-share", type=float, default=0.4)
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    rows = make_questions(args.kb_dir, AutoTokenizer.from_pretrained(args.tokenizer), args.doc_chars, args.page_chars)
+    sides = learning_split(rows, args.heldout, args.rl_share)
+    sides = {"train": sides["sft"], "rl": sides["rl"], "heldout": sides["heldout"]}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, side in sides.items():
+        (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in side))
+    counts = {
+        name: dict(Counter(r["kind"] + ("+page" if r.get("needs_page") else "") for r in side))
+        for name, side in sides.items()
+    }
+    print(json.dumps({"questions": counts, "articles": {n: len({r["title"] for r in s}) for n, s in sides.items()}}))
+
+
+if __name__ == "__main__":
+    main()

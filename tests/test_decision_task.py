@@ -1,0 +1,113 @@
+"""The decision task (benchmarks/decision_task.py) checked against the KB it is built from, each property read off the
+passages, the pages and the KB's own search rather than the generator's bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+from tests.helpers import ROOT
+
+DOC_CHARS, PAGE_CHARS = 200, 5000
+
+
+@pytest.fixture(scope="module")
+def task(sample_kb, tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("decision")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "decision_task.py"), str(sample_kb), str(tiny_model), str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sides = {name: [json.loads(x) for x in (out / f"{name}.jsonl").read_text().splitlines()] for name in SIDES}
+    return sides, json.loads(done.stdout.splitlines()[-1])
+
+
+SIDES = ("train", "rl", "heldout")
+
+
+def kb_texts(sample_kb):
+    """Every whole word of the passages' text -> the (title, text) of each passage holding it, exact case and lower
+    case; and the pages by title."""
+    exact, lower = defaultdict(list), defaultdict(list)
+    for line in (sample_kb / "passages.jsonl").read_text().splitlines():
+        title, _, body = json.loads(line)["contents"].partition("\n")
+        for word in set(re.findall(r"\w+", body)):
+            exact[word].append((title.strip('"'), body))
+        for word in {w.lower() for w in re.findall(r"\w+", body)}:
+            lower[word].append((title.strip('"'), body))
+    with sqlite3.connect(sample_kb / "pages.sqlite") as con:
+        pages = dict(con.execute("select title, contents from pages"))
+    return exact, lower, pages
+
+
+def test_every_kind_is_there_on_every_side_and_articles_never_cross(task):
+    sides, printed = task
+    for name in SIDES:
+        kinds = Counter(r["kind"] + ("+page" if r.get("needs_page") else "") for r in sides[name])
+        assert min(kinds[k] for k in ("read", "read+page", "both", "none")) >= 15, (name, kinds)
+        assert printed["questions"][name] == dict(kinds)
+    titles = [{r["title"] for r in sides[name]} for name in SIDES]
+    assert not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
+    assert len(titles[2]) >= 25  # enough held-out articles for an error clustered by article
+
+
+def test_read_questions_need_the_page_exactly_when_the_result_hides_the_word(task, sample_kb):
+    _, lower, pages = kb_texts(sample_kb)
+    for row in (r for side in task[0].values() for r in side if r["kind"] == "read"):
+        word, (answer,) = row["word"], row["golden_answers"]
+        assert row["question"] == f"Word after {word}?"
+        holding = lower[word.lower()]
+        assert len(holding) == 1 and holding[0][0] == row["title"], (word, len(holding))  # one passage in the KB
+        body = holding[0][1]
+        found = re.search(rf"\b{word}[ ,;:]{{1,2}}{answer}\b", body)
+        assert found, (word, answer)  # the answer is the word that follows
+        assert row["needs_page"] == (found.end() > DOC_CHARS), row
+        if row["needs_page"]:  # the page's first chunk shows it
+            assert re.search(rf"\b{word}[ ,;:]{{1,2}}{answer}\b", pages[row["title"]][:PAGE_CHARS]), row
+
+
+def test_both_questions_need_two_searches(task, sample_kb):
+    from local_retriever.kb import KnowledgeBase
+
+    exact, _, _ = kb_texts(sample_kb)
+    rows = [r for side in task[0].values() for r in side if r["kind"] == "both"]
+    kb = KnowledgeBase(sample_kb, "bm25")
+    try:
+
+        def top(queries, k):
+            return [[row["title"] for row, _ in kb.rows(found)] for found in kb.search(queries, k)]
+
+        whole = top([r["question"] for r in rows], 1)
+        each = top([w for r in rows for w in r["words"]], 2)
+    finally:
+        kb.close()
+    for i, row in enumerate(rows):
+        (answer,) = row["golden_answers"]
+        articles = []
+        for word in row["words"]:
+            holding = [title for title, _ in exact[word]]
+            assert len(holding) == 2 and len(set(holding)) == 2, (word, holding)  # two passages, two articles
+            articles.append(set(holding))
+        assert articles[0] & articles[1] == {answer}
+        assert whole[i] != [answer]  # one search for the whole question does not find it first
+        assert answer in each[2 * i] and answer in each[2 * i + 1]  # a search for each word shows it
+
+
+def test_none_questions_hold_their_answer_and_searching_costs(task):
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.decision_reward import score
+
+    for row in (r for side in task[0].values() for r in side if r["kind"] == "none"):
+        assert row["question"] == f"Echo {row['golden_answers'][0]}?"
+    counters = {"invalid_actions": 0, "searches": 0, "accesses": 0}
+    assert score("Echo Royalists?", "Royalists", ["Royalists"], counters) == 1.0
+    assert score("Echo Royalists?", "Royalists", ["Royalists"], {**counters, "searches": 1}) == pytest.approx(0.95)
+    searched_and_read = {**counters, "searches": 1, "accesses": 1}
+    assert score("Word after Grammy?", "Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
+    assert score("Echo Royalists?", "Royalists", ["Royalists"], {**counters, "invalid_actions": 1}) == 0.0
+    assert score("Echo Royalists?", None, ["Royalists"], counters) == 0.0
