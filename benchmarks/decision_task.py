@@ -36,8 +36,8 @@ from benchmarks.search_task import KEY_TOKENS, learning_split, passages  # noqa:
 WORD = re.compile(r"\b[A-Za-z]{6,}\b")  # a whole long word (search_task's KEY also matches inside "7Wonders")
 NEXT_WORD = re.compile(r"[ ,;:]{1,2}([A-Za-z]+)\b")  # the whole word right after, past a space or a comma
 DOC_CHARS = 200  # what a search result shows of a passage: recipes/cpu_warm_start.yaml's tools.max_doc_chars
-PAGE_CHARS = 5000  # the first chunk `access` shows: the native format's page_chunk_chars
-PER_ARTICLE = {"read": 4, "both": 3, "none": 2}  # questions per article and kind at most
+PAGE_CHARS = 1500  # the first chunk `access` shows (tools.page_chunk_chars): a page read fits the tiny model
+PER_ARTICLE = {"read": 6, "both": 3, "none": 2}  # questions per article and kind at most
 
 
 def title_of(row: dict) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-DOC_CHARS, PAGE_CHARS = 200, 5000
+DOC_CHARS, PAGE_CHARS = 200, 1500
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +111,62 @@ def test_none_questions_hold_their_answer_and_searching_costs(task):
     assert score("Word after Grammy?", "Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
     assert score("Echo Royalists?", "Royalists", ["Royalists"], {**counters, "invalid_actions": 1}) == 0.0
     assert score("Echo Royalists?", None, ["Royalists"], counters) == 0.0
+
+
+@pytest.fixture(scope="module")
+def bm25_server(sample_kb):
+    """The sample KB served with BM25, as the task's questions were checked."""
+    from local_retriever.kb import KnowledgeBase
+    from local_retriever.server import create_app
+    from tests.helpers import serve_app
+
+    kb = KnowledgeBase(sample_kb, "bm25")
+    try:
+        with serve_app(create_app(kb)) as url:
+            yield url
+    finally:
+        kb.close()
+
+
+def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task, tiny_model, bm25_server, tmp_path):
+    """The scripted teacher through the real agent and eval runner, its searches and page reads served over HTTP:
+    per kind, the tools a careful searcher uses, and about a quarter of the decisions wrong on purpose."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    sys.path.insert(0, str(ROOT))
+    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.eval.runner import run_eval
+    from benchmarks.decision_teacher import DecisionTeacher
+
+    config = AgentConfig.model_validate(
+        {
+            "agent_type": "asearcher",
+            "max_turns": 4,
+            "max_new_tokens_per_turn": 96,
+            "tools": {"topk": 2, "max_doc_chars": DOC_CHARS, "page_chunk_chars": PAGE_CHARS,
+                      "local": {"urls": [bm25_server]}},
+            "reward": {"metric": "f1", "function": "benchmarks.decision_reward:score"},
+        }
+    )  # fmt: skip
+    items = [{**r, "dataset": "decide"} for r in task[0]["heldout"]]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    out = asyncio.run(run_eval(items, config, DecisionTeacher(tokenizer), tokenizer, tmp_path, k=2, max_length=2048))
+    rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    kinds = {r["question"]: r["kind"] + ("+page" if r.get("needs_page") else "") for r in items}
+    by = {k: [r for r in rows if kinds[r["question"]] == k] for k in set(kinds.values())}
+
+    def mean(kind, what):
+        values = [r["logs"][what] if what in r["logs"] else r["scores"][what] for r in by[kind]]
+        return sum(values) / len(values)
+
+    assert all(r["status"] == "ok" and r["logs"]["invalid_actions"] == 0 for r in rows)
+    assert mean("none", "searches") < 0.45 and mean("none", "f1") == 1.0  # a needless search is the mistake
+    assert mean("read", "searches") == 1.0 and 0.05 < mean("read", "accesses") < 0.45  # a needless page, by mistake
+    assert mean("read", "f1") > 0.9
+    assert mean("read+page", "accesses") > 0.55 and mean("read+page", "f1") > 0.55  # guessing is the mistake
+    assert 1.55 < mean("both", "searches") < 1.95 and mean("both", "f1") > 0.7  # one search of two, by mistake
+    # the reward charges every tool call: a needless search costs an echo 0.05
+    searched = [r["reward"] for r in by["none"] if r["logs"]["searches"] == 1]
+    assert searched and searched == pytest.approx([0.95] * len(searched))

@@ -1,0 +1,124 @@
+"""The decision task's teacher: a scripted policy that makes the task's decisions, and a share of them wrong.
+
+For each kind of `decision_task.py` question it acts as a careful searcher would:
+
+- `Echo WORD?`: answers WORD at once;
+- `Word after WORD?`: searches WORD's question; answers from the result when it shows the next word, else opens the
+  top result's page and answers from it;
+- `Article with W1 and W2?`: searches W1, then W2, and answers the title both results show.
+
+A seeded share (`--mistakes`, 0.25) of (question, seed) pairs gets the decision wrong: a needless search before an
+echo, a page opened when the result already showed the word, an answer guessed without the page the question needs,
+an answer after one search of two. The first two cost only the tool charge of `decision_reward.py`; the last two are
+usually wrong answers. So the warm start copies imperfect decisions, and RL has them to improve.
+
+`python benchmarks/decision_teacher.py DATASET TOKENIZER KB_URL OUT --agent-config RECIPE --k 2` writes an
+`asearcher eval` folder (`trajectories.jsonl` with the token ids, for `asearcher sft-data`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from asearcher_plugin.agent.reference_policy import _INFO, ReferencePolicy, _count, _think_open  # noqa: E402
+
+MISTAKES = 0.25
+_RESULT = re.compile(r"Doc \d+\(Title: ([^\n]*?)\) \[([^\]\n]*)\]")
+_ASKED = {
+    "none": re.compile(r"^Echo (\w+)\?$"),
+    "read": re.compile(r"^Word after (\w+)\?$"),
+    "both": re.compile(r"^Article with (\w+) and (\w+)\?$"),
+}
+
+
+def kind_of(question: str) -> tuple[str, tuple[str, ...]]:
+    for kind, pattern in _ASKED.items():
+        if m := pattern.match(question.strip()):
+            return kind, m.groups()
+    return "other", ()
+
+
+class DecisionTeacher(ReferencePolicy):
+    """`reply` per question kind (the module docstring); everything else as the scripted reference policy."""
+
+    name = "decision teacher (scripted)"
+
+    def __init__(self, tokenizer, agent_type: str = "asearcher", mistakes: float = MISTAKES, seed: int = 0, **kw):
+        if agent_type != "asearcher":
+            raise ValueError("the decision teacher reads pages: agent_type asearcher")
+        super().__init__(tokenizer, agent_type, wrong_rate=mistakes, seed=seed, **kw)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "engine": self.name, "mistakes": self.wrong_rate}
+
+    def reply(self, transcript: str, stops=(), sample_seed: int | None = None) -> str:
+        question, history = self._split(transcript)
+        kind, words = kind_of(question)
+        opening = "" if _think_open(transcript) else "<think>"
+        mistaken = self._wrong_on_purpose(question, sample_seed)
+        blocks = _INFO.findall(history)
+        searches = _count(history, "search")
+        if kind == "none":
+            if mistaken and not searches:
+                return f"{opening}I will search for it first.</think>\n<search> {words[0]} </search>"
+            return f"{opening}The answer is in the question.</think>\n<answer> {words[0]} </answer>"
+        if kind == "read":
+            after = re.compile(rf"\b{re.escape(words[0])}[ ,;:]{{1,2}}([A-Za-z]+)\b")
+            if not searches:
+                return f"{opening}I will search for the word.</think>\n<search> {question} </search>"
+            if len(blocks) > 1 and (read := after.search(blocks[-1])):
+                return f"{opening}The page shows the word after it.</think>\n<answer> {read.group(1)} </answer>"
+            shown = after.search(blocks[0]) if blocks else None
+            titles = _RESULT.findall(blocks[0]) if blocks else []
+            open_page = not shown if not mistaken else bool(shown)  # a mistake: the other choice
+            if open_page and titles and not _count(history, "access"):
+                note = "The result does not show the word after it" if not shown else "I will check the page"
+                return f"{opening}{note}; I will read the page.</think>\n<access> {titles[0][0]} </access>"
+            if shown:
+                return f"{opening}The result shows the word after it.</think>\n<answer> {shown.group(1)} </answer>"
+            guess = next(iter(re.findall(r"\b[A-Z][a-z]{3,}\b", blocks[0] if blocks else "")), "unknown")
+            return f"{opening}I guess without reading the page.</think>\n<answer> {guess} </answer>"
+        if kind == "both":
+            if searches < (1 if mistaken else 2):
+                return f"{opening}I will search for {words[searches]}.</think>\n<search> {words[searches]} </search>"
+            seen = [{t for t, _ in _RESULT.findall(b)} for b in blocks]
+            common = set.intersection(*seen) if len(seen) > 1 else set()
+            answer = sorted(common)[0] if common else (sorted(seen[0])[0] if seen and seen[0] else "unknown")
+            return f"{opening}The title in both results.</think>\n<answer> {answer} </answer>"
+        return super().reply(transcript, stops, sample_seed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("tokenizer")
+    ap.add_argument("kb_url")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--agent-config", required=True, help="the recipe whose agent section the student trains with")
+    ap.add_argument("--k", type=int, default=2)
+    ap.add_argument("--mistakes", type=float, default=MISTAKES)
+    ap.add_argument("--max-length", type=int, default=2048)
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    from asearcher_plugin.config import load_config, override_agent_config
+    from asearcher_plugin.eval.datasets import load_dataset
+    from asearcher_plugin.eval.runner import run_eval
+
+    config = override_agent_config(load_config(args.agent_config), [f"agent.tools.local.urls=[{args.kb_url}]"])
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    items = load_dataset(str(args.dataset))
+    teacher = DecisionTeacher(tokenizer, config.agent_type, args.mistakes, prompt_template=config.prompt_template)
+    asyncio.run(run_eval(items, config, teacher, tokenizer, args.out, k=args.k, max_length=args.max_length))
+    print(json.dumps(json.loads((args.out / "metrics.json").read_text())["datasets"]["overall"]["f1"]))
+
+
+if __name__ == "__main__":
+    main()
