@@ -335,7 +335,7 @@ def main() -> None:
         wrong.should_exit = True
     results["timings"] = timings
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
-    plot(results, ROOT / "benchmarks" / "results" / "learn_to_search.png")
+    plot(results, ROOT / "benchmarks" / "results" / "learn_to_use_search.png")
     publish_table(results, args, {name: len(rows) for name, rows in sides.items()})
 
 
@@ -376,11 +376,13 @@ def publish_table(results: dict, args, sizes: dict[str, int]) -> None:
         f"RL: {args.rl_prompts} questions x {args.rl_episodes} episodes, B={ROLLOUT_BATCH} x n={args.n} "
         f"({args.rl_updates} optimizer steps per batch), "
         f"reward F1 x format, KL loss {args.rl_kl}, staleness {args.rl_staleness}, lr {args.rl_lr}; "
-        f"seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_search.png`"
+        f"seeds {args.seeds}; F1 mean ± sd over seeds; chart `benchmarks/results/learn_to_use_search.png`"
     )
     header = ["arm", "held-out F1 Avg@k", "per seed", "minus the seed's SFT start", "searches / trajectory"]
     header += ["valid actions", "RL reward, last 4"]
-    print(publish("learn_to_search", header, rows, note, {"args": vars(args), "results": results}))
+    print(
+        publish("learn_to_use_search", header, rows, note, {"args": vars(args), "results": results}, "learn_to_search")
+    )
 
 
 if __name__ == "__main__":
