@@ -410,8 +410,10 @@ def test_per_call_with_two_policy_actors_under_zero3_splits_by_tokens_and_never_
     lines = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
     assert len(trace) == 2 and sorted((f["fit"], f["rank"]) for f in lines) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert max(len(f["micro_batches"]) for f in lines) > 2  # some step needed more than one micro-batch
-    # OpenRLHF's own split (2 samples a forward batch) would have given the ranks unequal forward counts
-    assert any(-(-sum(g["samples"] for g in row["groups"]) // 2) % 2 for row in trace), trace
+    # Whether OpenRLHF's own split (2 samples a forward batch) would have given the ranks unequal forward counts here
+    # depends on how many calls the trajectories ran (10 then 13 sequences in one run: 7 forward batches, re-cut to 8;
+    # 12 and 11 in another: 6 each); tests/test_per_call_trainer.py re-cuts 5 batches on 2 ranks every time. Either way
+    # the run ends within the deadline, which a rank waiting on the other would not.
     for row in trace:
         fits = [f for f in lines if f["fit"] == 1 + trace.index(row)]
         samples = sum(g["samples"] for g in row["groups"])
