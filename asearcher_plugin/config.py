@@ -155,7 +155,6 @@ class JudgeConfig(EndpointConfig):
         return path
 
 
-PACKAGED_TEMPLATES = Path(__file__).parent / "agent" / "templates"
 ASEARCHER_INVALID_WORDS = ["question", "invalid", "appropriate", "valid"]
 
 
@@ -248,12 +247,10 @@ class AgentConfig(_Strict):
         """Read and checked at load: an unknown field would otherwise fail in the middle of a rollout."""
         if path is None or "agent_type" not in info.data:
             return path
-        from asearcher_plugin.template_check import read_template
+        from asearcher_plugin.template_check import packaged_prompt, read_template
 
-        packaged = PACKAGED_TEMPLATES / f"{path}.txt"
-        if not Path(path).expanduser().exists() and "/" not in path and packaged.is_file():
-            path = str(packaged)  # a packaged template by name, e.g. asearcher-search-only
-        path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
+        if not packaged_prompt(path):  # a packaged one keeps its name: each node reads its own install's copy
+            path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
         read_template(path, info.data["agent_type"])  # TemplateError is a ValueError: reported with the field
         return path
 
@@ -287,9 +284,10 @@ class AgentConfig(_Strict):
                 "every call, so it takes 1 (every question told to find the most likely answer)"
             )
         if self.reward.valid_inst_ratio < 1 and self.wrap_prompt:
-            from asearcher_plugin.template_check import INVALID_SENTENCE
+            from asearcher_plugin.template_check import INVALID_SENTENCE, PACKAGED_PROMPTS, packaged_prompt
 
-            template = Path(self.prompt_template or PACKAGED_TEMPLATES / f"{self.agent_type}.txt")
+            name = self.prompt_template or self.agent_type
+            template = packaged_prompt(name) or Path(self.prompt_template or PACKAGED_PROMPTS / f"{name}.txt")
             if INVALID_SENTENCE not in template.read_text(encoding="utf-8"):
                 raise ValueError(
                     f"reward.valid_inst_ratio {self.reward.valid_inst_ratio} < 1 replaces ASearcher's invalid-question"

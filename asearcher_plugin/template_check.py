@@ -57,10 +57,23 @@ TEMPLATE_FIELDS = {
 }
 
 
+PACKAGED_PROMPTS = Path(__file__).parent / "agent" / "templates"
+
+
+def packaged_prompt(name: str | Path) -> Path | None:
+    """The packaged prompt template a bare name (no folder, no such file here) stands for, e.g. asearcher-search-only;
+    kept as its name in a config, so every node reads its own installed copy."""
+    name = str(name)
+    if "/" in name or Path(name).expanduser().exists():
+        return None
+    path = PACKAGED_PROMPTS / f"{name}.txt"
+    return path if path.is_file() else None
+
+
 def read_template(path: str | Path, agent_type: str) -> str:
     """A prompt template's text, byte for byte, after checking it uses only the fields `agent_type` fills."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = (packaged_prompt(path) or Path(path)).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"prompt template {path}: cannot be read: {exc}") from None
     fields = TEMPLATE_FIELDS[agent_type]

@@ -129,3 +129,17 @@ def test_pip_install_ships_the_templates(tmp_path):
         [sys.executable, "-c", probe, str(target)], check=True, capture_output=True, text=True, cwd=tmp_path
     )
     assert out.stdout == OLD_ASEARCHER.format(question="Q?")
+
+
+def test_a_packaged_prompt_is_named_and_read_from_each_install():
+    """`prompt_template: asearcher-search-only` stays a name in the config (a Ray worker on another node reads its
+    own installed copy, not the driver's path) and renders ASearcher's training prompt; an unknown name is refused."""
+    from asearcher_plugin.agent.prompts import template_for
+    from asearcher_plugin.config import AgentConfig
+
+    config = AgentConfig(agent_type="asearcher", prompt_template="asearcher-search-only")
+    assert config.prompt_template == "asearcher-search-only"
+    text = template_for(config.agent_type, config.prompt_template)
+    assert text.startswith("A conversation between User and Assistant.") and "{question}. \n\n" in text
+    with pytest.raises(ValueError, match="no-such-prompt"):
+        AgentConfig(agent_type="asearcher", prompt_template="no-such-prompt")
