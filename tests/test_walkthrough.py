@@ -131,7 +131,7 @@ def test_quickstart_runs_the_whole_path_and_leads_with_the_agent_at_work(quickst
 
 
 @pytest.fixture(scope="module")
-def walk(quickstart):
+def walk(quickstart, request):
     """Every command of PAGES run in order in the quickstart's folder; (folder, the commands run as (page, command,
     seconds), the ports that stand for the pages' fixed ones). Servers a page starts stay up until the module ends,
     but one started on a port an earlier server holds replaces it, as the pages tell the reader to do."""
@@ -174,7 +174,10 @@ def walk(quickstart):
                     else:
                         run(command, home, env, line, page)
                     ran.append((page, part, time.monotonic() - started))
-        print(timing_table(ran))  # `pytest -rP` shows it: the time of each documented path
+        # the time of each documented path, in the test run's own output (CI's log shows it)
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("\n" + timing_table(ran))
         yield home, ran, ports
     finally:
         for proc in background.values():
