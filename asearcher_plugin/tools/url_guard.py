@@ -47,7 +47,10 @@ class Target:
 
 def refusal(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """Why a connection to `ip` is refused, or None for a global unicast address."""
-    if ip.is_multicast or not ip.is_global or ip in _LOCAL_NAT64:
+    # A 6to4 address (2002::/16) is as public as the IPv4 address it embeds, judged below: Python before 3.11.4 calls
+    # the whole prefix private, later versions global.
+    sixtofour = isinstance(ip, ipaddress.IPv6Address) and ip.sixtofour is not None
+    if ip.is_multicast or not (ip.is_global or sixtofour) or ip in _LOCAL_NAT64:
         return f"the non-public address {ip}"
     for inner in _embedded_ipv4(ip):
         if inner.is_multicast or not inner.is_global:
