@@ -176,8 +176,10 @@ def walk(quickstart, request):
                     ran.append((page, part, time.monotonic() - started))
         # the time of each documented path, in the test run's own output (CI's log shows it)
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line("\n" + timing_table(ran))
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None and capture is not None:
+            with capture.global_and_fixture_disabled():  # past pytest's capture of the fixture's output
+                reporter.write_line("\n" + timing_table(ran))
         yield home, ran, ports
     finally:
         for proc in background.values():
