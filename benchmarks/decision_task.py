@@ -21,7 +21,6 @@ question's article was seen in training. `python benchmarks/decision_task.py KB_
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import re
 import sqlite3
@@ -31,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.search_task import KEY_TOKENS, learning_split, passages  # noqa: E402
+from benchmarks.search_task import KEY_TOKENS, cap, learning_sides, passages, qid, write_sides  # noqa: E402
 
 WORD = re.compile(r"\b[A-Za-z]{6,}\b")  # a whole long word (search_task's KEY also matches inside "7Wonders")
 NEXT_WORD = re.compile(r"[ ,;:]{1,2}([A-Za-z]+)\b")  # the whole word right after, past a space or a comma
@@ -40,16 +39,8 @@ PAGE_CHARS = 1500  # the first chunk `access` shows (tools.page_chunk_chars): a 
 PER_ARTICLE = {"read": 6, "both": 3, "none": 2}  # questions per article and kind at most
 
 
-def title_of(row: dict) -> str:
-    return row["contents"].partition("\n")[0].strip().strip('"')
-
-
 def body_of(row: dict) -> str:
     return row["contents"].partition("\n")[2]
-
-
-def qid(question: str) -> str:
-    return hashlib.sha256(question.encode()).hexdigest()[:12]
 
 
 def short_words(rows: list[dict], tokenizer) -> dict[str, bool]:
@@ -62,7 +53,7 @@ def short_words(rows: list[dict], tokenizer) -> dict[str, bool]:
 def read_candidates(rows, df, short, pages, doc_chars, page_chars) -> list[dict]:
     out = []
     for row in rows:
-        title, body = title_of(row), body_of(row)
+        title, body = row["title"], body_of(row)
         for m in WORD.finditer(body):
             word = m.group(0)
             if df[word.lower()] != 1 or word.lower() in title.lower() or not short[word]:
@@ -87,7 +78,7 @@ def both_candidates(rows, short) -> list[dict]:
     articles, hits = defaultdict(set), Counter()
     for row in rows:
         for w in {w for w in WORD.findall(body_of(row))}:
-            articles[w].add(title_of(row))
+            articles[w].add(row["title"])
             hits[w] += 1
     two = sorted(w for w, arts in articles.items() if len(arts) == 2 and hits[w] == 2 and short[w])
     by_article = defaultdict(list)
@@ -116,7 +107,7 @@ def none_candidates(rows, df, short) -> list[dict]:
                 question = f"Echo {word}?"
                 out.append(
                     {"id": qid(question), "question": question, "golden_answers": [word], "kind": "none",
-                     "title": title_of(row)}
+                     "title": row["title"]}
                 )  # fmt: skip
     return out
 
@@ -147,16 +138,6 @@ def checked_on_the_kb(kb_dir: Path, read: list[dict], both: list[dict]) -> tuple
             if len(arts_1) == 2:  # word 1's two articles are the two it shows
                 kept.append(r)
     return read, kept
-
-
-def cap(rows: list[dict], per_article: int) -> list[dict]:
-    taken, seen, out = Counter(), set(), []
-    for r in rows:
-        if taken[r["title"]] < per_article and r["id"] not in seen:
-            taken[r["title"]] += 1
-            seen.add(r["id"])
-            out.append(r)
-    return out
 
 
 def make_questions(kb_dir: Path, tokenizer, doc_chars: int = DOC_CHARS, page_chars: int = PAGE_CHARS) -> list[dict]:
@@ -190,11 +171,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     rows = make_questions(args.kb_dir, AutoTokenizer.from_pretrained(args.tokenizer), args.doc_chars, args.page_chars)
-    sides = learning_split(rows, args.heldout, args.rl_share)
-    sides = {"train": sides["sft"], "rl": sides["rl"], "heldout": sides["heldout"]}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    for name, side in sides.items():
-        (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in side))
+    sides = learning_sides(rows, args.heldout, args.rl_share)
+    write_sides(args.out_dir, sides)
     counts = {
         name: dict(Counter(r["kind"] + ("+page" if r.get("needs_page") else "") for r in side))
         for name, side in sides.items()

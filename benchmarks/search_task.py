@@ -55,14 +55,27 @@ def make_questions(kb_dir: Path, tokenizer, per_article: int = PER_ARTICLE) -> l
         found = [kb.rows(hits)[0][0]["title"] if hits else None for hits in top]
     finally:
         kb.close()
-    taken, seen = Counter(), set()
-    out = []
-    for (title, question), got in zip(candidates, found):
-        qid = hashlib.sha256(question.encode()).hexdigest()[:12]
-        if got == title and taken[title] < per_article and qid not in seen:  # a word twice in its passage: once
-            taken[title] += 1
-            seen.add(qid)
-            out.append({"id": qid, "question": question, "golden_answers": [title], "title": title})
+    rows = [
+        {"id": qid(question), "question": question, "golden_answers": [title], "title": title}
+        for (title, question), got in zip(candidates, found)
+        if got == title
+    ]
+    return cap(rows, per_article)
+
+
+def qid(question: str) -> str:
+    return hashlib.sha256(question.encode()).hexdigest()[:12]
+
+
+def cap(rows: list[dict], per_article: int) -> list[dict]:
+    """At most `per_article` rows per article (`title`), in order; a question met twice (a word twice in its passage)
+    once."""
+    taken, seen, out = Counter(), set(), []
+    for r in rows:
+        if taken[r["title"]] < per_article and r["id"] not in seen:
+            taken[r["title"]] += 1
+            seen.add(r["id"])
+            out.append(r)
     return out
 
 
@@ -82,6 +95,19 @@ def learning_split(rows: list[dict], heldout: float = 0.25, rl_share: float = 0.
     train, held = split(rows, heldout, 0)
     sft, rl = split(train, rl_share, 1)
     return {"sft": sft, "rl": rl, "heldout": held}
+
+
+def learning_sides(rows: list[dict], heldout: float, rl_share: float) -> dict[str, list[dict]]:
+    """`learning_split`'s sides under the file names the pages use: the warm start's side keeps the name `train`,
+    since `sft-data --heldout` splits by a hash of dataset name and id."""
+    sides = learning_split(rows, heldout, rl_share)
+    return {"train": sides["sft"], "rl": sides["rl"], "heldout": sides["heldout"]}
+
+
+def write_sides(out_dir: Path, sides: dict[str, list[dict]]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, side in sides.items():
+        (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in side))
 
 
 def main() -> None:
@@ -106,15 +132,11 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     rows = make_questions(args.kb_dir, tokenizer, args.per_article)
     if args.rl_share > 0:
-        # the warm start's side keeps the name `train`: `sft-data --heldout` splits by a hash of dataset and id
-        learning = learning_split(rows, args.heldout, args.rl_share)
-        sides = {"train": learning["sft"], "rl": learning["rl"], "heldout": learning["heldout"]}
+        sides = learning_sides(rows, args.heldout, args.rl_share)
     else:
         train, held = split(rows, args.heldout, args.seed)
         sides = {"train": train, "heldout": held}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    for name, side in sides.items():
-        (args.out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in side))
+    write_sides(args.out_dir, sides)
     print(json.dumps({name: len(side) for name, side in sides.items()}))
 
 
