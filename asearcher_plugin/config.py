@@ -284,14 +284,13 @@ class AgentConfig(_Strict):
                 "every call, so it takes 1 (every question told to find the most likely answer)"
             )
         if self.reward.valid_inst_ratio < 1 and self.wrap_prompt:
-            from asearcher_plugin.template_check import INVALID_SENTENCE, PACKAGED_PROMPTS, packaged_prompt
+            from asearcher_plugin.template_check import INVALID_SENTENCE, PACKAGED_PROMPTS, read_template
 
-            name = self.prompt_template or self.agent_type
-            template = packaged_prompt(name) or Path(self.prompt_template or PACKAGED_PROMPTS / f"{name}.txt")
-            if INVALID_SENTENCE not in template.read_text(encoding="utf-8"):
+            template = self.prompt_template or PACKAGED_PROMPTS / f"{self.agent_type}.txt"
+            if INVALID_SENTENCE not in read_template(template, self.agent_type):
                 raise ValueError(
                     f"reward.valid_inst_ratio {self.reward.valid_inst_ratio} < 1 replaces ASearcher's invalid-question"
-                    f" sentence in the prompt, and the template {template.name} has none: use prompt_template "
+                    f" sentence in the prompt, and the template {Path(template).name} has none: use prompt_template "
                     "asearcher-search-only (ASearcher's), or a template holding that sentence"
                 )
         return self

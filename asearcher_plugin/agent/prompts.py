@@ -6,9 +6,9 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 
-from ..template_check import TEMPLATE_FIELDS, read_template
+from ..template_check import PACKAGED_PROMPTS, TEMPLATE_FIELDS, read_template
 
-TEMPLATE_DIR = Path(__file__).with_name("templates")
+TEMPLATE_DIR = PACKAGED_PROMPTS
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
     "asearcher": ("search", "access", "answer"),
