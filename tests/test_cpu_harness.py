@@ -98,6 +98,68 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     )
 
 
+def test_a_held_trajectory_answers_only_after_the_engine_took_its_weight_updates(tokenizer):
+    """OpenRLHF's async trainer resumes each engine's vLLM (`LLMRayActor.llm`) after every broadcast; the first
+    trajectory begun waits before its answer until two have happened since it began, the next one does not wait."""
+    import asyncio
+
+    from asearcher_plugin.engines.types import Logprob, SamplingParams
+    from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, WeightUpdates, Workload
+
+    class AsyncLLM:
+        async def resume_generation(self):
+            pass
+
+    class Actor:
+        def __init__(self):
+            self.llm, self.answered = AsyncLLM(), []
+
+        async def generate(self, prompt_token_ids, params):
+            return types.SimpleNamespace(prompt_logprobs=[None] + [{t: Logprob(-1.0)} for t in prompt_token_ids[1:]])
+
+    async def run():
+        actor = Actor()
+        w = Workload(max_turns=3, turns_scale=1.0, tokens_per_turn=1, hold_first=1, hold_updates=2)
+        scripted = ScriptedEngine(actor, w, tokenizer)
+        params = SamplingParams(max_tokens=64, logprobs=0, stop=["</search>"])
+
+        async def trajectory(question):
+            text = f"User: {question}\n\nAssistant: "
+            while True:
+                out = (await scripted.generate(tokenizer(text)["input_ids"], params)).outputs[0]
+                text += out.text + " results "
+                if "<answer>" in out.text:
+                    actor.answered.append((question, updates()))
+                    return text
+
+        def updates():
+            return scripted.updates.count
+
+        await actor.llm.resume_generation()  # an update before the held trajectory begins: not counted for it
+        held = asyncio.create_task(trajectory("Who wrote Hamlet?"))
+        await asyncio.sleep(0.3)
+        free = await trajectory("Who painted the Mona Lisa?")
+        for _ in range(2):
+            assert not held.done()
+            await actor.llm.resume_generation()  # the trainer's resume after a broadcast
+            await asyncio.sleep(3 * WeightUpdates.POLL_S)
+        return await held, free, actor.answered
+
+    held, free, answered = asyncio.run(run())
+    # its plan raised to 4 turns (no template example search here: 3 searches, then the answer), to wait for the
+    # update count at its start (1) + 2; answered after the trajectory begun later, which does not wait
+    assert held.startswith("User: Who wrote Hamlet?") and "<think>plan 4 hold 3</think>" in held
+    assert "hold" not in free
+    assert held.count("<search>") == 3 and answered == [("Who painted the Mona Lisa?", 1), ("Who wrote Hamlet?", 3)]
+
+
+def test_a_hold_without_openrlhfs_engine_actor_is_refused():
+    with pytest.raises(RuntimeError, match="partial_rollout_enable"):
+        from asearcher_plugin.openrlhf.cpu.workload import WeightUpdates
+
+        WeightUpdates(object())
+
+
 @pytest.mark.parametrize("cached_to_prompt_end, read_again", [(-1, False), (0, True)])
 def test_scripted_tokens_the_prefix_cache_served_are_read_again_past_it(tokenizer, cached_to_prompt_end, read_again):
     """vLLM computes prompt log-probs only for the tokens it prefills and leaves the entries of those its prefix cache

@@ -209,12 +209,20 @@ def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
     assert not built.exists() or not any(built.iterdir()), "DeepSpeed compiled an op"  # deepspeed_ops
 
 
-# A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-14 turns a trajectory, the
-# few long ones still running when the short ones of later admissions have been trained, so their early turns are
-# more than eta versions behind the update that trains them. Two seconds a turn: with one, a 14-turn trajectory
-# begun at version 0 was trained at version 3 on one machine (stale by one version) and earlier on a slower one.
+# A heavy-tailed scripted workload (asearcher_plugin/openrlhf/cpu/workload.py, seed 0): 1-16 turns a trajectory. The
+# first trajectory begun waits before its answer until the engine has taken eta + 1 weight updates, so its early turns
+# are stale when it trains, on any machine (with timing alone, a 14-turn trajectory of 2 s turns was trained within
+# eta on a slower machine); the others are stale or not as their timing falls.
 MASK_ETA = 2
-MASK_WORKLOAD = {"max_turns": 16, "turns_scale": 1.0, "pareto_alpha": 1.2, "tokens_per_turn": 4, "turn_seconds": 2.0}
+MASK_WORKLOAD = {
+    "max_turns": 16,
+    "turns_scale": 1.0,
+    "pareto_alpha": 1.2,
+    "tokens_per_turn": 4,
+    "turn_seconds": 0.5,
+    "hold_first": 1,
+    "hold_updates": MASK_ETA + 1,
+}
 
 
 def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server, learning_prompts):

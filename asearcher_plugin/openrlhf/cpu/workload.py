@@ -28,7 +28,7 @@ from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOut
 
 from .switches import switches
 
-_PLAN = re.compile(r"<think>plan (\d+)</think>")
+_PLAN = re.compile(r"<think>plan (\d+)(?: hold (\d+))?</think>")
 
 
 @dataclass
@@ -47,6 +47,11 @@ class Workload:
     # After each search, open its first result (ASearcher's observation format: `[Doc 1](url):`) and, when the agent
     # asks for a summary of what it was shown (stop `</think>`), write one. Opening a page does not use up the plan.
     read_pages: bool = False
+    # The first `hold_first` trajectories begun on an engine plan at least 4 turns and wait, before their answer,
+    # until the engine has taken `hold_updates` weight updates since they began: trajectories whose early turns are
+    # stale by a known number of versions on any machine, whatever its speed (a wait of at most HOLD_TIMEOUT_S).
+    hold_first: int = 0
+    hold_updates: int = 0
     seed: int = 0
 
     @classmethod
@@ -73,6 +78,8 @@ class ScriptedEngine:
         self.started: dict[str, int] = {}  # trajectories begun per question: the k-th sample of a group
         self.busy = BusyClock()
         self.decoder = FullSizeDecode(engine, workload.capacity)
+        self.begun = 0
+        self.updates = WeightUpdates(engine) if workload.hold_first else None
 
     def plan(self, question: str) -> int:
         """Drawn from (seed, question, sample number), so every mode of a benchmark runs the same workload
@@ -85,8 +92,15 @@ class ScriptedEngine:
         text = self.tokenizer.decode(prompt_token_ids)
         found = _PLAN.search(text)
         question = text.split("User:")[-1].split("\n")[0].strip() or "history"
-        turns_left = (int(found.group(1)) if found else self.plan(question)) - text.count("</search>")
-        head = "" if found else f"<think>plan {turns_left}</think>"
+        if found:
+            plan, hold = int(found.group(1)), int(found.group(2) or 0)
+        else:
+            plan, hold = self.plan(question), 0
+            if self.begun < self.w.hold_first:
+                plan, hold = max(plan, 4), self.updates.count + self.w.hold_updates
+            self.begun += 1
+        turns_left = plan - text.count("</search>")
+        head = "" if found else f"<think>plan {turns_left}{f' hold {hold}' if hold else ''}</think>"
         query = " ".join(question.split()[: self.w.query_words])
         action = f"<search>{query}</search>" if turns_left > 1 else "<answer>unknown</answer>"
         if self.w.read_pages and list(params.stop or []) == ["</think>"]:
@@ -110,6 +124,8 @@ class ScriptedEngine:
             detokenize=False,
         )
         read = list(prompt_token_ids) + ids
+        if hold and turns_left <= 1:
+            await self.updates.reach(hold)
         with self.busy:
             done = await self.engine.generate(read, decode)
             if want and (getattr(done, "num_cached_tokens", None) or 0) >= len(prompt_token_ids):
@@ -149,6 +165,38 @@ def _opened_next(text: str) -> str | None:
         return None
     found = _FIRST_RESULT.search(text, last)
     return found.group(1) if found else None
+
+
+class WeightUpdates:
+    """The weight updates an engine has taken: OpenRLHF's async trainer with partial rollout pauses the engines
+    around every broadcast and resumes them after it (`broadcast_to_vllm`), so each resume of the engine's vLLM
+    (`LLMRayActor.llm`) is counted."""
+
+    HOLD_TIMEOUT_S = 600.0
+    POLL_S = 0.1
+
+    def __init__(self, engine):
+        llm = getattr(engine, "llm", None)
+        resume = getattr(llm, "resume_generation", None)
+        if resume is None:
+            raise RuntimeError(
+                "cpu_harness.workload.hold_first needs OpenRLHF's engine actor (its vLLM engine as `.llm`), with "
+                "train.partial_rollout_enable, which pauses and resumes the engines around every weight update"
+            )
+        self.count = 0
+
+        async def counted(*args, **kwargs):
+            result = await resume(*args, **kwargs)
+            self.count += 1
+            return result
+
+        llm.resume_generation = counted
+
+    async def reach(self, count: int) -> None:
+        """Returns once `count` updates were taken, or after HOLD_TIMEOUT_S (the run then goes on, unheld)."""
+        deadline = time.monotonic() + self.HOLD_TIMEOUT_S
+        while self.count < count and time.monotonic() < deadline:
+            await asyncio.sleep(self.POLL_S)
 
 
 class FullSizeDecode:
