@@ -90,8 +90,9 @@ def main() -> None:
     ap.add_argument("model_dir", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--lr", type=float, default=2e-3)
     args = ap.parse_args()
-    print(json.dumps(train_copy(args.model_dir, args.out, args.steps)))
+    print(json.dumps(train_copy(args.model_dir, args.out, args.steps, lr=args.lr)))
 
 
 if __name__ == "__main__":
