@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ..template_check import PACKAGED_PROMPTS, TEMPLATE_FIELDS, read_template
 
-TEMPLATE_DIR = PACKAGED_PROMPTS
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
     "asearcher": ("search", "access", "answer"),
@@ -18,7 +17,7 @@ ALLOWED_ACTIONS = {
 
 
 def default_template_path(agent_type: str) -> Path:
-    return TEMPLATE_DIR / f"{agent_type}.txt"
+    return PACKAGED_PROMPTS / f"{agent_type}.txt"
 
 
 @cache
