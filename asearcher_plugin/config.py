@@ -284,8 +284,7 @@ class AgentConfig(_Strict):
                 "every call, so it takes 1 (every question told to find the most likely answer)"
             )
         if self.reward.valid_inst_ratio < 1 and self.wrap_prompt:
-            from asearcher_plugin.agent.prompts import default_template_path
-            from asearcher_plugin.template_check import INVALID_SENTENCE, read_template
+            from asearcher_plugin.template_check import INVALID_SENTENCE, default_template_path, read_template
 
             template = self.prompt_template or default_template_path(self.agent_type)
             if INVALID_SENTENCE not in read_template(template, self.agent_type):

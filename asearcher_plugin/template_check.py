@@ -60,6 +60,11 @@ TEMPLATE_FIELDS = {
 PACKAGED_PROMPTS = Path(__file__).parent / "agent" / "templates"
 
 
+def default_template_path(agent_type: str) -> Path:
+    """The packaged prompt template of `agent_type`, used when a config names none."""
+    return PACKAGED_PROMPTS / f"{agent_type}.txt"
+
+
 def packaged_prompt(name: str | Path) -> Path | None:
     """The packaged prompt template a bare name (no folder, no such file here) stands for, e.g. asearcher-search-only;
     kept as its name in a config, so every node reads its own installed copy."""

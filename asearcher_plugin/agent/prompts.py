@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cache
-from pathlib import Path
 
-from ..template_check import PACKAGED_PROMPTS, TEMPLATE_FIELDS, read_template
+from ..template_check import TEMPLATE_FIELDS, default_template_path, read_template
 
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),
@@ -14,10 +13,6 @@ ALLOWED_ACTIONS = {
     "asearcher-reasoning": ("search", "access", "answer"),
     "tool-calls": ("search", "access", "answer"),  # the built-in tools; the answer stays a tag
 }
-
-
-def default_template_path(agent_type: str) -> Path:
-    return PACKAGED_PROMPTS / f"{agent_type}.txt"
 
 
 @cache
