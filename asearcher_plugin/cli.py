@@ -349,6 +349,11 @@ def main() -> None:
     """The `asearcher` console script."""
     try:
         app()
+    except SystemExit as exc:
+        from asearcher_plugin.openrlhf.run_end import leave_after_run
+
+        leave_after_run(exc.code)  # returns unless a run ended here
+        raise
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top not in EXTRA_MODULES:

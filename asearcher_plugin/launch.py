@@ -22,6 +22,7 @@ import sys
 from .actor_watch import ActorWatch
 from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 from .openrlhf.args import RecipeFlagError
+from .openrlhf.run_end import note_run_ended
 from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
 
 
@@ -171,6 +172,7 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
     finally:  # stop the actors here rather than from interpreter-exit hooks
         watch.stop()
         ray.shutdown()
+        note_run_ended()
 
 
 def config_for_launch(path: str | None) -> RunConfig:

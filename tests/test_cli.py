@@ -1,6 +1,7 @@
 """The `asearcher kb` commands as a user runs them: real processes, real server."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -311,3 +312,39 @@ def test_train_refuses_a_missing_local_input_before_anything_starts(tmp_path, mo
         f"m: ./models/mine not found (a local path, read from {tmp_path})",
         f"d: org/data.jsonl not found (a local path, read from {tmp_path})",
     ]
+
+
+LEAVE_SCRIPT = """
+import atexit, sys
+from asearcher_plugin import cli, launch
+
+def fake_run(argv, config, cpu=False):
+    from asearcher_plugin.openrlhf.run_end import note_run_ended
+    if {ended}:
+        note_run_ended()
+    print("run output", flush=False)  # buffered: leaving must still flush it
+    if {fail}:
+        raise RuntimeError("the run failed")
+
+launch.run_openrlhf = fake_run
+launch.rollout_failure = lambda exc: "the run's own reason"
+atexit.register(lambda: print("interpreter torn down"))
+sys.argv = ["asearcher", "train", "cpu_tiny", "--cpu"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize(("ended", "fail", "code"), [(True, False, 0), (True, True, 1), (False, False, 0)])
+def test_the_console_script_leaves_at_once_after_a_run_with_its_code_and_output(tmp_path, ended, fail, code):
+    """After a run of OpenRLHF the console script ends without finalising its interpreter (seconds for torch,
+    vLLM and DeepSpeed), with the command's exit code and every line it wrote; without a run it ends as usual."""
+    script = LEAVE_SCRIPT.format(ended=ended, fail=fail)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # output to a pipe is buffered then
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "run output" in proc.stdout
+    if fail:
+        assert "error: cpu_tiny: the run's own reason" in proc.stderr
+    assert ("interpreter torn down" in proc.stdout) is not ended

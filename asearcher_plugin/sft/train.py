@@ -15,6 +15,7 @@ import runpy
 import socket
 import sys
 
+from ..openrlhf.run_end import note_run_ended
 from .dataset import TokenSFTDataset, read_rows
 
 CPU_FLAG = "--cpu"
@@ -107,6 +108,7 @@ def run(argv: list[str], cpu: bool = False, float32: bool = False) -> None:
         runpy.run_module("openrlhf.cli.train_sft", run_name="__main__", alter_sys=False)
     finally:
         sys.argv = saved
+    note_run_ended()
 
 
 def main() -> None:
