@@ -61,6 +61,9 @@ def modes(args) -> dict[str, list[str]]:
     }
 
 
+RECIPE = "cpu_tiny"  # every real-chain run's recipe, with the overrides of run_mode
+
+
 def slug(name: str) -> str:
     return name.replace(" ", "_").replace("+", "and").replace(",", "")
 
@@ -110,7 +113,7 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         f"cpu_harness.fit_seconds={args.fit_s}",
         *overrides,
     ]
-    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", "cpu_tiny", "--cpu"]
+    cmd = [sys.executable, "-m", "asearcher_plugin.cli", "train", RECIPE, "--cpu"]
     started = time.time()
     proc = subprocess.run(
         [*cmd, *[x for s in sets for x in ("--set", s)]], capture_output=True, text=True, env=env, cwd=out
@@ -240,22 +243,27 @@ def main() -> None:
     )
 
 
+def prompt_rows(count: int) -> list[dict]:
+    """`count` prompts: the sample questions in order, numbered so none repeats (the scripted workload draws each
+    trajectory's turns from its question, so the numbers also make the workload of a longer run)."""
+    from local_retriever.sample import load_sample_questions
+
+    questions = load_sample_questions()
+    return [
+        {"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]}
+        for i, q in ((i, questions[i % len(questions)]) for i in range(count))
+    ]
+
+
 def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:
-    """The sample KB, the tiny model and `count` prompts (the sample questions, numbered so none repeats) in
-    work/prompts.jsonl."""
+    """The sample KB, the tiny model and `count` prompts (`prompt_rows`) in work/prompts.jsonl."""
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.sample import load_sample_questions
 
     work.mkdir(parents=True, exist_ok=True)
     kb, model = ensure_sample_kb(Path("runs/sample-kb")), Path(ensure_tiny_model("runs/tiny-model")).resolve()
-    questions = load_sample_questions()
     prompts = work / "prompts.jsonl"
-    lines = []
-    for i in range(count):
-        q = questions[i % len(questions)]
-        lines.append(json.dumps({"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]}) + "\n")
-    prompts.write_text("".join(lines))
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in prompt_rows(count)))
     return kb, model, prompts
 
 

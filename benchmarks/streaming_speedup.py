@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import random
 import statistics
 import sys
 from functools import partial
@@ -51,7 +50,8 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from asearcher_plugin.openrlhf.cpu.workload import draw_turns  # noqa: E402
+from asearcher_plugin.agent.prompts import build_prompt  # noqa: E402
+from asearcher_plugin.openrlhf.cpu.workload import Workload, plan_turns, scripted_turns  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks import openrlhf_cpu, scheduler_sim  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
@@ -92,13 +92,16 @@ def overrides(config: dict, args) -> list[str]:
 
 
 def pareto_workload(args, max_turns: int) -> list:
-    """Groups of n trajectories, each a list of (decode tokens, seconds after the decode) per turn, their turn
-    counts drawn as the CPU harness draws its plans (`workload.draw_turns`)."""
-    rng = random.Random(args.seed)
+    """Groups of n trajectories, each a list of (decode tokens, seconds after the decode) per turn: the real chain's
+    own episode. Each trajectory's plan is drawn from its question and sample number as the scripted engine draws it
+    (`workload.plan_turns` over the prompts `openrlhf_cpu.prompt_rows` writes) and takes the turns the engine takes
+    for it in the real chain's prompt (`workload.scripted_turns`)."""
+    w = Workload(max_turns=max_turns, turns_scale=args.scale, pareto_alpha=args.alpha, seed=args.seed)
+    examples = build_prompt(Recipe.load(openrlhf_cpu.RECIPE).agent.agent_type, "?").count("</search>")
     turn = (args.turn_s / args.sim_tok_s, args.sim_turn_overhead_s)
     return [
-        [[turn] * draw_turns(rng, args.scale, args.alpha, max_turns) for _ in range(args.n)]
-        for _ in range(args.prompts)
+        [[turn] * scripted_turns(plan_turns(w, row["question"], k), examples) for k in range(args.n)]
+        for row in openrlhf_cpu.prompt_rows(args.prompts)
     ]
 
 
@@ -131,11 +134,28 @@ def simulate(args, workload: str, capacity: int | None) -> dict[str, dict]:
             )
         r = scheduler_sim.run_mode(mode, data, sim)
         out[name] = {k: r[k] for k in ("seconds", "traj_per_s", "engine_idle", "staleness_max", "staleness_mean")}
-    bound = lower_bound(args, data, capacity, train_s)
-    out["lower bound"] = {"seconds": bound, "traj_per_s": len(data) * args.n / bound}
-    held = staleness_bound(args, data, train_s)
-    out["lower bound at eta"] = {"seconds": held, "traj_per_s": len(data) * args.n / held}
+    for name, seconds in bounds(args, data, capacity, train_s).items():
+        out[name] = {"seconds": seconds, "traj_per_s": len(data) * args.n / seconds}
+    out["settings"] = {  # what this simulation used, as the JSON's record
+        "max_turns": max_turns,
+        "train_s": train_s,
+        "sync_s": args.sim_sync_s,
+        "turn_s": args.turn_s,
+        "turn_overhead_s": args.sim_turn_overhead_s,
+        "tok_s": args.sim_tok_s,
+        "capacity": capacity,
+        "prompts": len(data),
+        "turns": sum(len(t) for g in data for t in g),
+        "longest": max(len(t) for g in data for t in g),
+    }
     return out
+
+
+def bounds(args, data: list, capacity: int | None, train_s: float) -> dict[str, float]:
+    """The two bound rows: no scheduler finishes sooner than the first; none admitting in order under the staleness
+    rule sooner than the second, which is so also the larger of the two (the plain bound holds for it too)."""
+    plain = lower_bound(args, data, capacity, train_s)
+    return {"lower bound": plain, "lower bound at eta": max(plain, staleness_bound(args, data, train_s))}
 
 
 def lower_bound(args, data: list, capacity: int | None, train_s: float) -> float:
@@ -305,7 +325,7 @@ def rows(sims: dict, reals: dict, args) -> list[list]:
         real = reals.get((workload, cost), {})
         best_real = statistics.median(r["span_s"] for r in real[best]) if real.get(best) else None
         order = sorted(
-            sim,
+            (n for n in sim if n != "settings"),
             key=lambda n: (
                 n != "lower bound",
                 n != "lower bound at eta",
@@ -406,7 +426,7 @@ def main() -> None:
     else:
         reals = run_chain(args, sims) if args.repeats else {}
     payload = {
-        "args": saved["args"] if saved else vars(args),
+        "args": vars(args),  # the real runs' (saved ones' with --from-results) and the simulator's, as used
         "sims": {" / ".join(k): v for k, v in sims.items()},
         "reals": {" / ".join(k): v for k, v in reals.items()},
     }

@@ -98,6 +98,42 @@ def test_the_scripted_workload_decodes_on_the_real_engine_and_keeps_its_script(t
     )
 
 
+def test_the_scripted_engine_takes_the_turns_the_simulation_counts(tokenizer):
+    """In the asearcher prompt, whose instructions show one `<search> query </search>`, the engine takes
+    `scripted_turns(plan, 1)` turns for each drawn plan: what benchmarks/streaming_speedup.py simulates."""
+    import asyncio
+
+    from asearcher_plugin.agent.prompts import build_prompt
+    from asearcher_plugin.engines.types import Logprob, SamplingParams
+    from asearcher_plugin.openrlhf.cpu.workload import ScriptedEngine, Workload, plan_turns, scripted_turns
+
+    # by hand: a plan of 32 writes down 31, the example counts again at every call, so 29 searches and the answer
+    assert (scripted_turns(32, 1), scripted_turns(3, 1), scripted_turns(2, 1), scripted_turns(4, 0)) == (30, 2, 1, 4)
+
+    class Engine:
+        async def generate(self, prompt_token_ids, params):
+            return types.SimpleNamespace(prompt_logprobs=[None] + [{t: Logprob(-1.0)} for t in prompt_token_ids[1:]])
+
+    w = Workload(max_turns=12, turns_scale=2.0, tokens_per_turn=1)
+    scripted = ScriptedEngine(Engine(), w, tokenizer)
+    params = SamplingParams(max_tokens=64, logprobs=0, stop=["</search>"])
+
+    async def turns(question: str) -> int:
+        text = build_prompt("asearcher", question)
+        assert text.count("</search>") == 1
+        for turn in range(1, 2 * w.max_turns):
+            out = (await scripted.generate(tokenizer(text)["input_ids"], params)).outputs[0]
+            if "<answer>" in out.text:
+                return turn
+            text += out.text + " results "
+        raise AssertionError("no answer")
+
+    questions = [f"Who wrote play number {i}?" for i in range(12)]
+    plans = [plan_turns(w, q, 0) for q in questions]
+    assert len(set(plans)) >= 4  # short and long plans alike
+    assert [asyncio.run(turns(q)) for q in questions] == [scripted_turns(p, 1) for p in plans]
+
+
 def test_a_held_trajectory_answers_only_after_the_engine_took_its_weight_updates(tokenizer):
     """OpenRLHF's async trainer resumes each engine's vLLM (`LLMRayActor.llm`) after every broadcast; the first
     trajectory begun waits before its answer until two have happened since it began, the next one does not wait."""

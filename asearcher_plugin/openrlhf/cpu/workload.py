@@ -70,6 +70,28 @@ def draw_turns(rng: random.Random, scale: float, alpha: float, max_turns: int) -
     return min(max_turns, max(1, math.ceil(scale * rng.paretovariate(alpha))))
 
 
+def plan_turns(w: Workload, question: str, k: int) -> int:
+    """The turns of the k-th sample of `question`: drawn from (seed, question, k) alone, so every mode of a
+    benchmark, and its simulation (`benchmarks/streaming_speedup.py`), runs the same trajectories."""
+    return draw_turns(random.Random(f"{w.seed}:{question}:{k}"), w.turns_scale, w.pareto_alpha, w.max_turns)
+
+
+def scripted_turns(plan: int, example_searches: int) -> int:
+    """The turns ScriptedEngine takes for a trajectory planned `plan` turns in a prompt whose instructions show
+    `example_searches` closed `<search>` examples. Each call counts the examples among the searches made, and the
+    first call's count also goes into the plan it writes down, so each example shortens the trajectory twice (the
+    asearcher template shows one: a plan of 32 takes 30 turns). What the published runs ran, so kept."""
+    written, searches = plan - example_searches, 0
+    while written - (example_searches + searches) > 1 or (searches == 0 and written > 1):
+        searches += 1
+    return searches + 1
+
+
+def question_of(prompt: str) -> str:
+    """The question of an agent prompt, as the scripted engine reads it: the rest of the last `User:` line."""
+    return prompt.split("User:")[-1].split("\n")[0].strip()
+
+
 class ScriptedEngine:
     """Stands between the agent and the real engine: the engine decodes, the script decides what was said."""
 
@@ -85,13 +107,12 @@ class ScriptedEngine:
         """Drawn from (seed, question, sample number), so every mode of a benchmark runs the same workload
         (OpenRLHF sends all samples of a prompt to one engine)."""
         k = self.started[question] = self.started.get(question, -1) + 1
-        rng = random.Random(f"{self.w.seed}:{question}:{k}")
-        return draw_turns(rng, self.w.turns_scale, self.w.pareto_alpha, self.w.max_turns)
+        return plan_turns(self.w, question, k)
 
     async def generate(self, prompt_token_ids: list[int], params) -> RequestOutput:
         text = self.tokenizer.decode(prompt_token_ids)
         found = _PLAN.search(text)
-        question = text.split("User:")[-1].split("\n")[0].strip() or "history"
+        question = question_of(text) or "history"
         if found:
             plan, hold = int(found.group(1)), int(found.group(2) or 0)
         else:
