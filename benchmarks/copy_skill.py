@@ -46,9 +46,11 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
-    # one thread unless OMP_NUM_THREADS asks for more: on a shared, busy CPU two threads per step were 13x slower than
-    # one (measured); a machine that runs nothing else can give it both cores
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    # torch's default (every core) unless OMP_NUM_THREADS says otherwise: alone on 2 cores a step took 0.10-0.11 s on
+    # two threads against 0.17 s on one (measured), while on cores other jobs keep busy a second thread made it 13x
+    # slower, so the benchmarks, which run beside other work, set OMP_NUM_THREADS=1 (learn_to_search.py)
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
