@@ -153,7 +153,7 @@ def simulate(args, workload: str, capacity: int | None) -> dict[str, dict]:
 
 def bounds(args, data: list, capacity: int | None, train_s: float) -> dict[str, float]:
     """The two bound rows: no scheduler finishes sooner than the first; none admitting in order under the staleness
-    rule sooner than the second, which is so also the larger of the two (the plain bound holds for it too)."""
+    rule sooner than the second, which is therefore never below the first (the plain bound holds under it too)."""
     plain = lower_bound(args, data, capacity, train_s)
     return {"lower bound": plain, "lower bound at eta": max(plain, staleness_bound(args, data, train_s))}
 
