@@ -421,3 +421,37 @@ def test_a_client_that_stops_reading_is_cut_off_at_the_write_deadline(hybrid_kb,
         # what the kernel's buffers held arrives, then the end: the rest was dropped, not held until read
         assert 0 < len(received) < 512 * len(whole) / 2
         assert post(url, "/retrieve", {"queries": ["Angola"]}).status_code == 200
+
+
+def test_a_body_that_arrived_in_time_is_read_even_when_the_app_reads_it_late():
+    """The body timeout is for bytes that never come: a request whose body came with its headers, read only after
+    the timeout (its handler queued behind other work), is served; one whose body never comes is still refused."""
+    from local_retriever.server import ApiError, BodyLimit
+
+    async def late_reader(scope, receive, send):
+        await asyncio.sleep(0.3)  # past the 0.1 s timeout before the body is read
+        message = await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": message["body"]})
+
+    async def run(receive) -> list:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "headers": [(b"content-length", b"2")]}
+        await BodyLimit(late_reader, 1000, timeout=0.1)(scope, receive, send)
+        return sent
+
+    async def buffered():  # what the server hands over when the body came with the headers
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def never():
+        await asyncio.sleep(60)
+
+    sent = asyncio.run(run(buffered))
+    assert sent[0]["status"] == 200 and sent[1]["body"] == b"{}"
+    with pytest.raises(ApiError) as refused:
+        asyncio.run(run(never))
+    assert (refused.value.status, refused.value.code) == (408, "body_timeout")
