@@ -249,10 +249,8 @@ def prompt_rows(count: int) -> list[dict]:
     from local_retriever.sample import load_sample_questions
 
     questions = load_sample_questions()
-    return [
-        {"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]}
-        for i, q in ((i, questions[i % len(questions)]) for i in range(count))
-    ]
+    rows = [questions[i % len(questions)] for i in range(count)]
+    return [{"question": q["question"] + f" ({i})", "golden_answers": q["golden_answers"]} for i, q in enumerate(rows)]
 
 
 def prepare(work: Path, count: int) -> tuple[Path, Path, Path]:

@@ -81,10 +81,10 @@ def scripted_turns(plan: int, example_searches: int) -> int:
     `example_searches` closed `<search>` examples. Each call counts the examples among the searches made, and the
     first call's count also goes into the plan it writes down, so each example shortens the trajectory twice (the
     asearcher template shows one: a plan of 32 takes 30 turns). What the published runs ran, so kept."""
-    written, searches = plan - example_searches, 0
-    while written - (example_searches + searches) > 1 or (searches == 0 and written > 1):
-        searches += 1
-    return searches + 1
+    written = plan - example_searches  # the first call searches if more than one turn is left of it
+    if written <= 1:
+        return 1
+    return max(1, written - example_searches - 1) + 1  # later calls search while written - (examples + made) > 1
 
 
 def question_of(prompt: str) -> str:
