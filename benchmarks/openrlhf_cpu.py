@@ -19,8 +19,10 @@ step is OpenRLHF's real update of the tiny model (plus `--fit-s`).
 
 Span: from the first request any engine receives to the last trained step; throughput = trajectories trained /
 span; engine idle = share of the span with no request decoding, per engine. Start-up (Ray, engines, DeepSpeed)
-lies before the span and is reported apart, as is the ramp (first request to first update). Staleness (streaming
-only; OpenRLHF's generator records no versions): train version - admission version.
+lies before the span and is reported apart, as is the ramp (first request to first update). Staleness of the
+trained tokens, for every mode alike: the update that trains a token against the weight version its engine held
+when the token's call was read (benchmarks/trained_staleness.py); the streaming trace's own, per group: train
+version - admission version.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from asearcher_plugin.openrlhf.cpu import scripted  # noqa: E402
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.run_key import keep_result, kept_result, run_key  # noqa: E402
+from benchmarks.trained_staleness import read_calls, trained_staleness  # noqa: E402
 
 TINY_POSITIONS = 8192  # the tiny model's max_position_embeddings
 
@@ -148,6 +151,9 @@ def run_mode(name: str, overrides: list[str], args, work: Path, model: Path, pro
         "restarted": rows[-1]["stats"]["stale_restarted"] if rows else None,
         "dropped": rows[-1]["stats"]["stale_dropped"] if rows else None,
         "fit_s_mean": statistics.mean(f["time"] - f.get("started", f["time"]) for f in fits),
+        # every token in the loss, whichever generator made it: the engine's weight version at its call against the
+        # update that trains it (trained_staleness.py); "staleness_*" above are the streaming trace's, per group
+        "trained_staleness": trained_staleness(fits, read_calls(out / "engines")),
         "wall_s": time.time() - started,
     }
 

@@ -19,7 +19,8 @@ the narrowest point, only what needs CUDA:
 | `flash_attn` (`stand_ins/flash_attn`) | an import-only package | `openrlhf.models` imports it at module level; it is only called with ring attention, which the harness refuses |
 
 Set by the recipe, not patched: `--ds.attn_implementation sdpa` (flash-attn needs CUDA) and DeepSpeed's CPU
-accelerator (`DS_ACCELERATOR=cpu`). The policy actor also logs what each update trained on (`actors.FitLog`).
+accelerator (`DS_ACCELERATOR=cpu`). The policy actor also logs what each update trained on (`actors.FitLog`), and
+the engine actor counts the weight updates it took (`actors.EngineVersion`); both observe and change nothing.
 """
 
 from __future__ import annotations

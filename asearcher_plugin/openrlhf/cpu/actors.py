@@ -74,7 +74,21 @@ def engine_on_cpu(actor_class):
         os.environ.update(ENGINE_ENV)
         await base.__init__(self, *args, **(kwargs if switches().bf16 else engine_kwargs(kwargs)))
 
-    return redecorated(base, __init__)
+    return redecorated(base, __init__, EngineVersion)
+
+
+class EngineVersion:
+    """Counts the weight updates the engine took: OpenRLHF's `broadcast_to_vllm` sends every parameter through
+    `update_weight` and marks the last with `empty_cache=True`. A call sent while the count is v ran on the weights
+    after v broadcasts (or, mid-broadcast, on a mix of v and v + 1: counted as v, the older)."""
+
+    asearcher_weight_version = 0
+
+    async def update_weight(self, name, dtype, shape, empty_cache=False):
+        result = await super().update_weight(name, dtype, shape, empty_cache=empty_cache)
+        if empty_cache:
+            self.asearcher_weight_version += 1
+        return result
 
 
 def info_values(value) -> list | None:
@@ -99,8 +113,9 @@ def engine_gap(experience) -> list[float | None] | None:
 
 
 class FitLog:
-    """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info and the
-    tokens each sample puts into the loss (its action mask as the trainer got it)."""
+    """What each update trained on, one JSON line per `fit`: prompts, sample count, the per-sample info, the tokens
+    each sample puts into the loss (its action mask as the trainer got it), and how many weight broadcasts to the
+    engines came before it (the version it trains, counted as the engines count theirs: `EngineVersion`)."""
 
     def append(self, experience):
         rows = self.__dict__.setdefault("_fit_rows", [])
@@ -122,8 +137,15 @@ class FitLog:
         )
         return super().append(experience)
 
+    def broadcast_to_vllm(self):
+        result = super().broadcast_to_vllm()
+        self._broadcasts = getattr(self, "_broadcasts", 0) + 1
+        return result
+
     def fit(self, kl_ctl: float = 0):
         started = time.time()
+        # the weights this update trains from went to the engines as broadcast number `broadcasts` (0: the start's)
+        broadcasts = getattr(self, "_broadcasts", 0)
         status = super().fit(kl_ctl)
         from asearcher_plugin.openrlhf.cpu.switches import switches
 
@@ -138,6 +160,7 @@ class FitLog:
             # per_call: this rank's micro-batches (optimizer step, tokens as the forward pads them, padding or not)
             "micro_batches": getattr(self, "asearcher_micro_batches", None),
             "started": started,
+            "broadcasts": broadcasts,
             "time": time.time(),
             "status": {k: v for k, v in status.items() if isinstance(v, (int, float))},
             "experiences": self.__dict__.pop("_fit_rows", []),

@@ -109,7 +109,8 @@ class ScriptedEngine:
         k = self.started[question] = self.started.get(question, -1) + 1
         return plan_turns(self.w, question, k)
 
-    async def generate(self, prompt_token_ids: list[int], params) -> RequestOutput:
+    async def generate(self, prompt_token_ids: list[int], params, calls: list | None = None) -> RequestOutput:
+        """`calls`, when given, gets `[version, tokens]` for this call (see `CallVersions`)."""
         text = self.tokenizer.decode(prompt_token_ids)
         found = _PLAN.search(text)
         question = question_of(text) or "history"
@@ -147,6 +148,8 @@ class ScriptedEngine:
         read = list(prompt_token_ids) + ids
         if hold and turns_left <= 1:
             await self.updates.reach(hold)
+        if calls is not None:  # the engine reads the scripted tokens now, under the weights it holds now
+            calls.append([getattr(self.engine, "asearcher_weight_version", None), len(ids)])
         with self.busy:
             done = await self.engine.generate(read, decode)
             if want and (getattr(done, "num_cached_tokens", None) or 0) >= len(prompt_token_ids):
@@ -161,6 +164,18 @@ class ScriptedEngine:
         stop = action[action.rfind("</") :]
         out = CompletionOutput(0, self.tokenizer.decode(ids), ids, "stop", stop, logprobs, 0.0)
         return RequestOutput("", list(prompt_token_ids), [out])
+
+
+class CallVersions:
+    """The scripted engine as one trajectory calls it: per model call, `[version, tokens]`, the weight version the
+    rollout actor held when the engine read the call's tokens (`actors.EngineVersion`; None outside the harness)
+    and how many it produced (the ones the trainer's loss covers)."""
+
+    def __init__(self, engine: ScriptedEngine):
+        self.engine, self.calls = engine, []
+
+    async def generate(self, prompt_token_ids: list[int], params) -> RequestOutput:
+        return await self.engine.generate(prompt_token_ids, params, self.calls)
 
 
 def _scripted_logprobs(done, ids: list[int]) -> list[dict]:
