@@ -42,3 +42,13 @@ def kept_result(path: Path, key: dict) -> dict | None:
 
 def keep_result(path: Path, key: dict, result: dict, **extra) -> None:
     path.write_text(json.dumps({"key": key, **extra, "result": result}))
+
+
+def code_key(measured: dict, paths: tuple[str, ...]) -> dict:
+    """Like `run_key`, but naming only the code under `paths` (git's tree of each at HEAD): a result stays valid
+    across commits that change nothing a run executes (docs, tables), so a long benchmark can be finished over
+    several sittings. Uncommitted changes under `paths` never match."""
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    trees = {p: git("rev-parse", f"HEAD:{p}") for p in paths}
+    return {"code": trees if not dirty else f"uncommitted {time.time()}", "args": measured}

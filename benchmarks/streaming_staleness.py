@@ -1,0 +1,207 @@
+"""Streaming against OpenRLHF at the same trained staleness, on the real chain.
+
+One command: `python benchmarks/streaming_staleness.py`. For each workload (the real chain's scripted episode of
+benchmarks/streaming_speedup.py at 32 and 128 turns, capacity model) and each staleness bound k: the streaming
+scheduler at eta = k with `on_stale: restart` (a group that would train more than k versions behind is stopped and
+its prompt started again, once, then dropped: what it loses is that work, and the dropped groups' tokens) against
+OpenRLHF's fastest configuration whose simulated staleness stays within k (the sweep saved in
+benchmarks/results/streaming_speedup.json). Every run measures how far behind each trained token was
+(trained_staleness.py, the same count for both systems); a row's bound is the largest measured in any of its runs,
+not the setting.
+
+Each run is kept under a key of the code that shapes it and its arguments (`run_key.code_key`), so the table can be
+filled over several sittings: an invocation runs what is missing, the two systems alternating, and publishes what
+exists. A run takes 7-9 minutes at 32 turns on 2 cores (2 of them start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from asearcher_plugin.recipe import Recipe  # noqa: E402
+from benchmarks import openrlhf_cpu  # noqa: E402
+from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.run_key import code_key, keep_result, kept_result  # noqa: E402
+from benchmarks.streaming_speedup import CAPACITY, WORKLOADS, configurations, overrides  # noqa: E402
+
+SWEEP = ROOT / "benchmarks" / "results" / "streaming_speedup.json"
+# what a run executes: a result made under other code is run again
+RUN_CODE = (
+    "asearcher_plugin",
+    "local_retriever",
+    "recipes",
+    "constraints",
+    "pyproject.toml",
+    "benchmarks/openrlhf_cpu.py",
+    "benchmarks/trained_staleness.py",
+)
+PORT = 5125
+
+
+def openrlhf_within(sweep: dict, workload: str, bound: int) -> str:
+    """The simulated sweep's fastest OpenRLHF configuration whose staleness stays within `bound`."""
+    sim = sweep["sims"][f"{workload} / capacity"]
+    names = [n for n, r in sim.items() if n.startswith("OpenRLHF") and r["staleness_max"] <= bound]
+    if not names:
+        raise SystemExit(f"no OpenRLHF configuration of the sweep stays within {bound} at {workload}")
+    return min(names, key=lambda n: sim[n]["seconds"])
+
+
+def systems(args, sweep: dict, workload: str, bound: int) -> dict[str, list[str]]:
+    """The two configurations of a row and their --set lines."""
+    name = openrlhf_within(sweep, workload, bound)
+    streaming = [
+        f"scheduler.max_concurrent={(bound + 1) * args.batch}",
+        f"scheduler.max_staleness={bound}",
+        "scheduler.on_stale=restart",
+    ]
+    return {f"streaming, eta {bound}, restart": streaming, name: overrides(configurations(args)[name], args)}
+
+
+def run_args(args, workload: str, bound: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        max_turns=Recipe.load(WORKLOADS[workload]).agent.max_turns,
+        max_len=openrlhf_cpu.TINY_POSITIONS,
+        scale=args.scale,
+        alpha=args.alpha,
+        tokens_per_turn=args.tokens_per_turn,
+        turn_s=args.turn_s,
+        capacity=CAPACITY,
+        seed=args.seed,
+        prefix_caching=True,  # as in the recipes, for both systems
+        batch=args.batch,
+        n=args.n,
+        engines=args.engines,
+        queue=1,
+        eta=bound,
+        fit_s=0.0,
+    )
+
+
+def plan(args) -> list[tuple[str, int, int]]:
+    """(workload, bound, repeat) in the order they run: every bound's first runs before any bound's second."""
+    repeats = dict(zip(args.bounds, args.repeats))
+    return [(w, b, i) for i in range(max(args.repeats)) for b in args.bounds for w in args.workloads if i < repeats[b]]
+
+
+def run_all(args, sweep: dict) -> dict:
+    from local_retriever.server_process import start_server, wait_healthy
+
+    work = Path(args.work).resolve()
+    kb, model, prompts = openrlhf_cpu.prepare(work, args.prompts)
+    results: dict[str, dict[str, list[dict]]] = {}
+    server = None
+    try:
+        for workload, bound, i in plan(args):
+            row = results.setdefault(f"{workload} / {bound}", {})
+            for name, sets in systems(args, sweep, workload, bound).items():
+                ra = run_args(args, workload, bound)
+                key = code_key({**vars(ra), "sets": sets}, RUN_CODE)
+                folder = work / openrlhf_cpu.slug(workload) / f"eta{bound}" / str(i)
+                done = folder / openrlhf_cpu.slug(name) / "result.json"
+                kept = kept_result(done, key)
+                if kept is None and not args.publish_only:
+                    if server is None:
+                        server = start_server(kb, PORT, "bm25")
+                        wait_healthy(f"http://127.0.0.1:{PORT}", server)
+                    print(f"== {workload}, bound {bound}, {name}, run {i + 1}", flush=True)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    url = f"http://127.0.0.1:{PORT}"
+                    kept = openrlhf_cpu.run_mode(name, sets, ra, folder, model, prompts, url)
+                    keep_result(done, key, kept)
+                    print(json.dumps({k: kept[k] for k in ("span_s", "trained", "trained_staleness")}), flush=True)
+                if kept is not None:
+                    row.setdefault(name, []).append(kept)
+    finally:
+        if server is not None:
+            server.terminate()
+    return results
+
+
+HEADER = [
+    "workload",
+    "max trained staleness",
+    "streaming",
+    "streaming span s",
+    "OpenRLHF",
+    "OpenRLHF span s",
+    "ratio",
+    "runs",
+]
+
+
+def spans(runs: list[dict]) -> str:
+    s = [r["span_s"] for r in runs]
+    return f"{statistics.median(s):.0f} ({min(s):.0f}-{max(s):.0f})" if s else "–"
+
+
+def tokens_per_s(runs: list[dict]) -> float:
+    return statistics.median(r["trained_staleness"]["tokens"] / r["span_s"] for r in runs)
+
+
+def rows(results: dict) -> list[list]:
+    out = []
+    for key, row in results.items():
+        workload, _ = key.split(" / ")
+        (s_name, s_runs), (o_name, o_runs) = list(row.items()) + [("–", [])] * (2 - len(row))
+        measured = [r["trained_staleness"]["max"] for r in s_runs + o_runs]
+        ratio = f"{tokens_per_s(s_runs) / tokens_per_s(o_runs):.2f}x" if s_runs and o_runs else "–"
+        out.append(
+            [
+                workload,
+                f"<= {max(measured)}" if measured else "–",
+                s_name,
+                spans(s_runs),
+                o_name,
+                spans(o_runs),
+                ratio,
+                f"{len(s_runs)} + {len(o_runs)}",
+            ]
+        )
+    return out
+
+
+def note(args, results: dict) -> str:
+    runs = [r for row in results.values() for rs in row.values() for r in rs]
+    restarted = [f"{r['restarted']} / {r['dropped']}" for r in runs if r.get("restarted") is not None]
+    return (
+        f"OpenRLHF 0.11.2's `train()` on CPU, {args.engines} vLLM engines with prefix caching, B={args.batch} "
+        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1; the scripted workload of "
+        f"the streaming table (capacity model: at most {CAPACITY} full-speed decodes of {args.turn_s:g} s per "
+        "engine). Max trained staleness: the largest, over every token in the loss of every run of the row, of the "
+        "update that trained it minus the weight version its engine held when it was generated. Span: first "
+        "request to last trained step, median (range); ratio: streaming's trained tokens per second of span over "
+        "OpenRLHF's (medians), so groups streaming dropped count against it. Runs: streaming + OpenRLHF. "
+        f"Streaming's groups restarted / dropped per run: {', '.join(restarted) or '–'}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--bounds", type=int, nargs="+", default=[4, 2, 1], help="staleness bounds, one row each")
+    ap.add_argument("--repeats", type=int, nargs="+", default=[3, 1, 1], help="runs per system at each bound")
+    ap.add_argument("--work", default="runs/bench-streaming-staleness")
+    ap.add_argument("--publish-only", action="store_true", help="publish the kept runs, run nothing")
+    args = ap.parse_args()
+    if len(args.repeats) != len(args.bounds):
+        raise SystemExit("--repeats needs one count per --bounds value")
+    sweep = json.loads(SWEEP.read_text())
+    # the sweep's episode, fleet and workload, so that its choice of OpenRLHF configuration holds
+    shared = ("prompts", "batch", "n", "engines", "eta", "scale", "alpha", "tokens_per_turn", "turn_s", "seed")
+    args = argparse.Namespace(**vars(args), **{k: sweep["args"][k] for k in shared}, sim_etas=[])
+    results = run_all(args, sweep)
+    payload = {"args": vars(args), "results": results}
+    print(publish("streaming_staleness", HEADER, rows(results), note(args, results), payload))
+
+
+if __name__ == "__main__":
+    main()
