@@ -1,0 +1,54 @@
+"""The equal-staleness table's choices and arithmetic (benchmarks/streaming_staleness.py); its runs are the real
+chain's, measured by benchmarks/trained_staleness.py (tests/test_trained_staleness.py)."""
+
+from __future__ import annotations
+
+from benchmarks.streaming_staleness import openrlhf_candidates, rows
+
+
+def sweep(**configs: tuple[float, int]) -> dict:
+    """A saved sweep of one workload: name -> (simulated seconds, simulated staleness)."""
+    sim = {name.replace("_", " "): {"seconds": s, "staleness_max": m} for name, (s, m) in configs.items()}
+    sim["streaming"] = {"seconds": 1.0, "staleness_max": 0}  # never a candidate, however fast
+    return {"sims": {"32 turns / capacity": sim}}
+
+
+def test_candidates_are_the_faster_ones_at_most_one_version_staler_then_the_fastest_within():
+    s = sweep(
+        OpenRLHF_a=(100.0, 11),  # fastest, far over
+        OpenRLHF_b=(150.0, 5),  # one over: probed
+        OpenRLHF_c=(140.0, 5),  # one over and faster than b: probed first
+        OpenRLHF_d=(200.0, 4),  # the fastest within 4
+        OpenRLHF_e=(300.0, 2),  # within, slower
+        OpenRLHF_f=(180.0, 6),  # two over: not probed
+    )
+    assert openrlhf_candidates(s, "32 turns", 4) == ["OpenRLHF c", "OpenRLHF b", "OpenRLHF d"]
+    assert openrlhf_candidates(s, "32 turns", 2) == ["OpenRLHF e"]
+
+
+def run(span: float, tokens: int, staleness: int) -> dict:
+    return {"span_s": span, "trained_staleness": {"max": staleness, "tokens": tokens}}
+
+
+def test_a_row_compares_trained_tokens_per_second_at_the_largest_staleness_measured():
+    results = {
+        "32 turns / 4": {
+            "streaming, eta 4, restart": [run(200, 8000, 4), run(210, 9000, 3), run(190, 7000, 4)],
+            "OpenRLHF queue 2, generate 8, partial on": [run(300, 9000, 3), run(330, 9900, 5), run(360, 9000, 3)],
+        },
+        "128 turns / 4": {"streaming, eta 4, restart": [run(100, 1000, 2)]},
+    }
+    first, second = rows(results)
+    # medians of tokens/s: streaming 40 (40, 42.9, 36.8), OpenRLHF 30 (30, 30, 25): 1.33x; the largest staleness
+    # of the six runs is 5, whatever the settings were
+    assert first == [
+        "32 turns",
+        "<= 5",
+        "streaming, eta 4, restart",
+        "200 (190-210)",
+        "OpenRLHF queue 2, generate 8, partial on",
+        "330 (300-360)",
+        "1.33x",
+        "3 + 3",
+    ]
+    assert second == ["128 turns", "<= 2", "streaming, eta 4, restart", "100 (100-100)", "–", "–", "–", "1 + 0"]
