@@ -11,7 +11,7 @@ not the setting.
 
 Each run is kept under a key of the code that shapes it and its arguments (`run_key.code_key`), so the table can be
 filled over several sittings: an invocation runs what is missing, the two systems alternating, and publishes what
-exists. A run takes 7-9 minutes at 32 turns on 2 cores (2 of them start-up).
+exists. A run takes 5-10 minutes at 32 turns on 2 cores (about 50 s of it start-up).
 """
 
 from __future__ import annotations
@@ -189,7 +189,8 @@ def tokens_per_s(runs: list[dict]) -> float:
 
 def rows(results: dict) -> list[list]:
     out = []
-    for key, row in results.items():
+    order = lambda kv: (int(kv[0].split()[0]), -int(kv[0].split(" / ")[1]))  # noqa: E731 - turns, then loosest bound
+    for key, row in sorted(results.items(), key=order):
         workload, _ = key.split(" / ")
         (s_name, s_runs), (o_name, o_runs) = list(row.items()) + [("–", [])] * (2 - len(row))
         measured = [r["trained_staleness"]["max"] for r in s_runs + o_runs]
@@ -220,13 +221,15 @@ def note(args, results: dict, probes: dict) -> str:
     restarted = [f"{r['restarted']} / {r['dropped']}" for r in runs if r.get("restarted") is not None]
     return (
         f"OpenRLHF 0.11.2's `train()` on CPU, {args.engines} vLLM engines with prefix caching, B={args.batch} "
-        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1; the scripted workload of "
+        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1 (OpenRLHF's: as its "
+        "configuration says); the scripted workload of "
         f"the streaming table (capacity model: at most {CAPACITY} full-speed decodes of {args.turn_s:g} s per "
         "engine). Max trained staleness: the largest, over every token in the loss of every run of the row, of the "
         "update that trained it minus the weight version its engine held when it was generated. Span: first "
         "request to last trained step, median (range); ratio: streaming's trained tokens per second of span over "
         "OpenRLHF's (medians), so groups streaming dropped count against it. Runs: streaming + OpenRLHF. "
-        f"Streaming's groups restarted / dropped per run: {', '.join(restarted) or '–'}. OpenRLHF's baseline: the "
+        f"Streaming's groups restarted / dropped per run, in the table's order: {', '.join(restarted) or '–'}. "
+        "OpenRLHF's baseline: the "
         "sweep's configurations simulated faster than its fastest within the bound and at most one version staler "
         "were each run once first, fastest first, and the first whose trained staleness stayed within the bound "
         f"taken{' (over the bound: ' + '; '.join(tried) + ')' if tried else ''}."
