@@ -10,8 +10,9 @@ benchmarks/results/streaming_speedup.json). Every run measures how far behind ea
 not the setting.
 
 Each run is kept under a key of the code that shapes it and its arguments (`run_key.code_key`), so the table can be
-filled over several sittings: an invocation runs what is missing, the two systems alternating, and publishes what
-exists. A run takes 5-10 minutes at 32 turns on 2 cores (about 50 s of it start-up).
+filled over several sittings: an invocation runs what is missing of its selection (--workloads, --bounds, --repeats,
+--episodes), the two systems alternating, and publishes every row of the table (TABLE) from what exists. A run
+takes 5-10 minutes at 32 turns on 2 cores (about 50 s of it start-up).
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ RUN_CODE = (
     "benchmarks/trained_staleness.py",
 )
 PORT = 5125
+# the published table's rows: both workloads at three bounds, and one longer run at 32 turns
+TABLE = [
+    {"workloads": list(WORKLOADS), "bounds": [4, 2, 1], "repeats": [3, 1, 1], "episodes": 1},
+    {"workloads": ["32 turns"], "bounds": [4], "repeats": [1], "episodes": 3},
+]
 
 
 def openrlhf_within(sweep: dict, workload: str, bound: int) -> str:
@@ -95,6 +101,10 @@ def run_args(args, workload: str, bound: int) -> SimpleNamespace:
     )
 
 
+def label(workload: str, episodes: int) -> str:
+    return workload if episodes == 1 else f"{workload} x {episodes} episodes"
+
+
 def plan(args) -> list[tuple[str, int, int]]:
     """(workload, bound, repeat) in the order they run: every bound's first runs before any bound's second."""
     repeats = dict(zip(args.bounds, args.repeats))
@@ -112,14 +122,17 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
     probes: dict[str, dict[str, int]] = {}
     server = None
 
-    def run(workload: str, bound: int, i: int, name: str, sets: list[str]) -> dict | None:
+    def run(workload: str, bound: int, i: int, name: str, sets: list[str], episodes: int = 1) -> dict | None:
         """Run i of a configuration, or the one kept. OpenRLHF's runs do not depend on the bound (the scheduler's
         settings are off), so each is made once and serves every row."""
         nonlocal server
         streaming = name.startswith("streaming")
         ra = run_args(args, workload, bound if streaming else args.eta)
+        if episodes > 1:
+            sets = [*sets, f"openrlhf.train.num_episodes={episodes}"]
         key = code_key({**vars(ra), "sets": sets}, RUN_CODE)
-        folder = work / openrlhf_cpu.slug(workload) / (f"eta{bound}" if streaming else "openrlhf") / str(i)
+        where = openrlhf_cpu.slug(label(workload, episodes))
+        folder = work / where / (f"eta{bound}" if streaming else "openrlhf") / str(i)
         done = folder / openrlhf_cpu.slug(name) / "result.json"
         kept = kept_result(done, key)
         if kept is not None or args.publish_only:
@@ -127,7 +140,7 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         if server is None:
             server = start_server(kb, PORT, "bm25")
             wait_healthy(f"http://127.0.0.1:{PORT}", server)
-        print(f"== {workload}, bound {bound}, {name}, run {i + 1}", flush=True)
+        print(f"== {label(workload, episodes)}, bound {bound}, {name}, run {i + 1}", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
         result = openrlhf_cpu.run_mode(name, sets, ra, folder, model, prompts, f"http://127.0.0.1:{PORT}")
         keep_result(done, key, result)
@@ -135,7 +148,9 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         return result
 
     def baseline(workload: str, bound: int) -> str | None:
-        """The first candidate whose first run stays within the bound (the last one whatever it measures)."""
+        """The first candidate whose first run (of one episode) stays within the bound (the last one whatever it
+        measures). Longer runs take the one-episode choice: what bounds OpenRLHF's staleness is its queue and
+        generate batch, not the run's length."""
         configs = configurations(args)
         row = probes.setdefault(f"{workload} / {bound}", {})
         for name in openrlhf_candidates(sweep, workload, bound):
@@ -149,14 +164,14 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
 
     try:
         for workload, bound, i in plan(args):
-            row = results.setdefault(f"{workload} / {bound}", {})
+            row = results.setdefault(f"{label(workload, args.episodes)} / {bound}", {})
             s_name, s_sets = streaming_sets(args, bound)
             o_name = baseline(workload, bound)
             pair = [(s_name, s_sets)]
             if o_name is not None:
                 pair.append((o_name, overrides(configurations(args)[o_name], args)))
             for name, sets in pair:
-                kept = run(workload, bound, i, name, sets)
+                kept = run(workload, bound, i, name, sets, args.episodes)
                 row.setdefault(name, [])
                 if kept is not None:
                     row[name].append(kept)
@@ -189,7 +204,8 @@ def tokens_per_s(runs: list[dict]) -> float:
 
 def rows(results: dict) -> list[list]:
     out = []
-    order = lambda kv: (int(kv[0].split()[0]), -int(kv[0].split(" / ")[1]))  # noqa: E731 - turns, then loosest bound
+    # by turns, then episodes, then the loosest bound first
+    order = lambda kv: (int(kv[0].split()[0]), "episodes" in kv[0], -int(kv[0].split(" / ")[1]))  # noqa: E731
     for key, row in sorted(results.items(), key=order):
         workload, _ = key.split(" / ")
         (s_name, s_runs), (o_name, o_runs) = list(row.items()) + [("–", [])] * (2 - len(row))
@@ -242,6 +258,7 @@ def main() -> None:
     ap.add_argument("--bounds", type=int, nargs="+", default=[4, 2, 1], help="staleness bounds, one row each")
     ap.add_argument("--repeats", type=int, nargs="+", default=[3, 1, 1], help="runs per system at each bound")
     ap.add_argument("--work", default="runs/bench-streaming-staleness")
+    ap.add_argument("--episodes", type=int, default=1, help="passes over the prompts a run makes (rows of their own)")
     ap.add_argument("--publish-only", action="store_true", help="publish the kept runs, run nothing")
     args = ap.parse_args()
     if len(args.repeats) != len(args.bounds):
@@ -250,7 +267,14 @@ def main() -> None:
     # the sweep's episode, fleet and workload, so that its choice of OpenRLHF configuration holds
     shared = ("prompts", "batch", "n", "engines", "eta", "scale", "alpha", "tokens_per_turn", "turn_s", "seed")
     args = argparse.Namespace(**vars(args), **{k: sweep["args"][k] for k in shared}, sim_etas=[])
-    results, probes = run_all(args, sweep)
+    if not args.publish_only:
+        run_all(args, sweep)
+    # the table always shows every row, run or not, whatever this invocation ran
+    results, probes = {}, {}
+    for rows_of in TABLE:
+        view = argparse.Namespace(**{**vars(args), **rows_of, "publish_only": True})
+        made, tried = run_all(view, sweep)
+        results, probes = results | made, probes | tried
     payload = {"args": vars(args), "results": results, "probes": probes}
     print(publish("streaming_staleness", HEADER, rows(results), note(args, results, probes), payload))
 
