@@ -4,6 +4,7 @@ reused."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -13,10 +14,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
 def run_key(measured: dict) -> dict:
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True)
-    return {"commit": head if not dirty.stdout.strip() else f"{head}+{time.time()}", "args": measured}
+    head = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head if not dirty else f"{head}+{time.time()}", "args": measured}
 
 
 def claim(work: Path, key: dict) -> bool:
@@ -47,8 +52,14 @@ def keep_result(path: Path, key: dict, result: dict, **extra) -> None:
 def code_key(measured: dict, paths: tuple[str, ...]) -> dict:
     """Like `run_key`, but naming only the code under `paths` (git's tree of each at HEAD): a result stays valid
     across commits that change nothing a run executes (docs, tables), so a long benchmark can be finished over
-    several sittings. Uncommitted changes under `paths` never match."""
-    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *paths)
-    trees = {p: git("rev-parse", f"HEAD:{p}") for p in paths}
-    return {"code": trees if not dirty else f"uncommitted {time.time()}", "args": measured}
+    several sittings. Uncommitted changes under `paths` never match another invocation's key."""
+    return {"code": _code(paths), "args": measured}
+
+
+@functools.cache
+def _code(paths: tuple[str, ...]) -> dict | str:
+    """Read once per process: the code cannot change under a running benchmark, and with uncommitted changes the
+    runs this invocation made still match its own later lookups (its table), never another invocation's."""
+    if _git("status", "--porcelain", "--untracked-files=no", "--", *paths):
+        return f"uncommitted {time.time()}"
+    return {p: _git("rev-parse", f"HEAD:{p}") for p in paths}

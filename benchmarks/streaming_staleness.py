@@ -117,15 +117,14 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
     from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
-    kb, model, prompts = openrlhf_cpu.prepare(work, args.prompts)
     results: dict[str, dict[str, list[dict]]] = {}
     probes: dict[str, dict[str, int]] = {}
-    server = None
+    server = inputs = None  # made at the first run, so publishing alone builds nothing
 
     def run(workload: str, bound: int, i: int, name: str, sets: list[str], episodes: int = 1) -> dict | None:
         """Run i of a configuration, or the one kept. OpenRLHF's runs do not depend on the bound (the scheduler's
         settings are off), so each is made once and serves every row."""
-        nonlocal server
+        nonlocal server, inputs
         streaming = name.startswith("streaming")
         ra = run_args(args, workload, bound if streaming else args.eta)
         if episodes > 1:
@@ -138,11 +137,12 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         if kept is not None or args.publish_only:
             return kept
         if server is None:
-            server = start_server(kb, PORT, "bm25")
+            inputs = openrlhf_cpu.prepare(work, args.prompts)  # the KB, the tiny model, the prompts
+            server = start_server(inputs[0], PORT, "bm25")
             wait_healthy(f"http://127.0.0.1:{PORT}", server)
         print(f"== {label(workload, episodes)}, bound {bound}, {name}, run {i + 1}", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
-        result = openrlhf_cpu.run_mode(name, sets, ra, folder, model, prompts, f"http://127.0.0.1:{PORT}")
+        result = openrlhf_cpu.run_mode(name, sets, ra, folder, *inputs[1:], f"http://127.0.0.1:{PORT}")
         keep_result(done, key, result)
         print(json.dumps({k: result[k] for k in ("span_s", "trained", "trained_staleness")}), flush=True)
         return result
