@@ -11,8 +11,10 @@ not the setting.
 
 Each run is kept under a key of the code that shapes it and its arguments (`run_key.code_key`), so the table can be
 filled over several sittings: an invocation runs what is missing of its selection (--workloads, --bounds, --repeats,
---episodes), the two systems alternating, and publishes every row of the table (TABLE) from what exists. A run
-takes 5-10 minutes at 32 turns on 2 cores (about 50 s of it start-up).
+--episodes), the two systems alternating, and publishes every row of the table (TABLE) from what exists. The kept
+runs are also saved with the table (benchmarks/results/streaming_staleness.json, `kept`) and taken back into an empty
+work folder, where their key still matches: a new checkout goes on from them. A run takes 5-10 minutes at 32 turns
+on 2 cores (about 50 s of it start-up); each records the CPU it ran on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from benchmarks.run_key import code_key, keep_result, kept_result  # noqa: E402
 from benchmarks.streaming_speedup import CAPACITY, WORKLOADS, configurations, overrides  # noqa: E402
 
 SWEEP = ROOT / "benchmarks" / "results" / "streaming_speedup.json"
+SAVED = ROOT / "benchmarks" / "results" / "streaming_staleness.json"
 # what a run executes: a result made under other code is run again
 RUN_CODE = (
     "asearcher_plugin",
@@ -143,6 +146,7 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         print(f"== {label(workload, episodes)}, bound {bound}, {name}, run {i + 1}", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
         result = openrlhf_cpu.run_mode(name, sets, ra, folder, *inputs[1:], f"http://127.0.0.1:{PORT}")
+        result["cpu"] = cpu_kind()
         keep_result(done, key, result)
         print(json.dumps({k: result[k] for k in ("span_s", "trained", "trained_staleness")}), flush=True)
         return result
@@ -179,6 +183,39 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         if server is not None:
             server.terminate()
     return results, probes
+
+
+def cpu_kind() -> str:
+    """The CPU's model name and whether it has AVX-512: runs on the two kinds differ in speed, not in ratio alone."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    return f"{model}, {'AVX-512' if ' avx512f' in info else 'no AVX-512'}"
+
+
+def kept_runs(work: Path) -> dict[str, dict]:
+    """The runs kept under `work` that the code of this commit made, by their path under `work`."""
+    code = code_key({}, RUN_CODE)["code"]
+    out = {}
+    for path in sorted(work.rglob("result.json")):
+        saved = json.loads(path.read_text())
+        if saved.get("key", {}).get("code") == code:
+            out[path.relative_to(work).as_posix()] = saved
+    return out
+
+
+def restore(work: Path) -> int:
+    """Writes the runs saved with the table that `work` lacks back into it; `run` takes each only where its key
+    matches (the same code, the same arguments). Returns how many it wrote."""
+    saved = json.loads(SAVED.read_text()).get("kept", {}) if SAVED.is_file() else {}
+    written = 0
+    for rel, content in saved.items():
+        path = work / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(content))
+        written += 1
+    return written
 
 
 HEADER = [
@@ -235,6 +272,10 @@ def note(args, results: dict, probes: dict) -> str:
         if m > int(row.split(" / ")[1])
     ]
     restarted = [f"{r['restarted']} / {r['dropped']}" for r in runs if r.get("restarted") is not None]
+    cpus: dict[str, list[str]] = {}  # CPU -> the rows run on it
+    for key, row in results.items():
+        for kind in sorted({r.get("cpu", "?") for rs in row.values() for r in rs}):
+            cpus.setdefault(kind, []).append(key)
     return (
         f"OpenRLHF 0.11.2's `train()` on CPU, {args.engines} vLLM engines with prefix caching, B={args.batch} "
         f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1 (OpenRLHF's: as its "
@@ -248,7 +289,10 @@ def note(args, results: dict, probes: dict) -> str:
         "OpenRLHF's baseline: the "
         "sweep's configurations simulated faster than its fastest within the bound and at most one version staler "
         "were each run once first, fastest first, and the first whose trained staleness stayed within the bound "
-        f"taken{' (over the bound: ' + '; '.join(tried) + ')' if tried else ''}."
+        f"taken{' (over the bound: ' + '; '.join(tried) + ')' if tried else ''}. "
+        "CPU: "
+        + ("; ".join(f"{kind} ({', '.join(keys)})" for kind, keys in cpus.items()) if len(cpus) > 1 else "".join(cpus))
+        + "."
     )
 
 
@@ -267,6 +311,9 @@ def main() -> None:
     # the sweep's episode, fleet and workload, so that its choice of OpenRLHF configuration holds
     shared = ("prompts", "batch", "n", "engines", "eta", "scale", "alpha", "tokens_per_turn", "turn_s", "seed")
     args = argparse.Namespace(**vars(args), **{k: sweep["args"][k] for k in shared}, sim_etas=[])
+    work = Path(args.work).resolve()
+    if restored := restore(work):
+        print(f"{restored} runs saved with the table written back into {work}", flush=True)
     if not args.publish_only:
         run_all(args, sweep)
     # the table always shows every row, run or not, whatever this invocation ran
@@ -275,7 +322,7 @@ def main() -> None:
         view = argparse.Namespace(**{**vars(args), **rows_of, "publish_only": True})
         made, tried = run_all(view, sweep)
         results, probes = results | made, probes | tried
-    payload = {"args": vars(args), "results": results, "probes": probes}
+    payload = {"args": vars(args), "results": results, "probes": probes, "kept": kept_runs(work)}
     print(publish("streaming_staleness", HEADER, rows(results), note(args, results, probes), payload))
 
 

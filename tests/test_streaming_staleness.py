@@ -52,3 +52,31 @@ def test_a_row_compares_trained_tokens_per_second_at_the_largest_staleness_measu
         "3 + 3",
     ]
     assert second == ["128 turns", "<= 2", "streaming, eta 4, restart", "100 (100-100)", "–", "–", "–", "1 + 0"]
+
+
+def test_runs_saved_with_the_table_come_back_into_an_empty_folder_and_only_under_their_key(tmp_path, monkeypatch):
+    import json
+
+    from benchmarks import streaming_staleness as ss
+    from benchmarks.run_key import code_key, keep_result, kept_result
+
+    made = tmp_path / "made"
+    for i in (0, 1):
+        (made / "32_turns" / "eta4" / str(i) / "streaming").mkdir(parents=True)
+    key = code_key({"prompts": 48}, ss.RUN_CODE)
+    keep_result(made / "32_turns" / "eta4" / "0" / "streaming" / "result.json", key, {"span_s": 208.0})
+    stale = {**key, "code": "an older tree"}
+    keep_result(made / "32_turns" / "eta4" / "1" / "streaming" / "result.json", stale, {"span_s": 1.0})
+    kept = ss.kept_runs(made)
+    assert list(kept) == ["32_turns/eta4/0/streaming/result.json"]  # another code's run is not saved
+
+    saved = tmp_path / "saved.json"
+    hostile = {"../outside.json": kept["32_turns/eta4/0/streaming/result.json"], "/tmp/abs.json": {}}
+    saved.write_text(json.dumps({"kept": {**kept, **hostile}}))
+    monkeypatch.setattr(ss, "SAVED", saved)
+    fresh = tmp_path / "fresh"
+    assert ss.restore(fresh) == 1 and ss.restore(fresh) == 0  # written once, then present
+    assert not (tmp_path / "outside.json").exists()
+    back = fresh / "32_turns" / "eta4" / "0" / "streaming" / "result.json"
+    assert kept_result(back, key) == {"span_s": 208.0}
+    assert kept_result(back, {**key, "args": {"prompts": 12}}) is None  # other arguments: run again
