@@ -364,9 +364,18 @@ def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, 
 
 @pytest.fixture(scope="module")
 def stubs_run(tmp_path_factory, tiny_model, kb_server):
-    """One step: its calls hold whole page chunks (~5k tokens), the costliest sequences of this module to train."""
+    """One step of one group (its n = 2 trajectories): its calls hold whole page chunks (~5k tokens), the costliest
+    sequences of this module to train, so a second group would only double the step."""
     tmp = tmp_path_factory.mktemp("per_call_stubs")
-    per_call_train(tmp, tiny_model, kb_server, sample_prompts(tmp / "prompts.jsonl", BATCH), "asearcher-stubs")
+    per_call_train(
+        tmp,
+        tiny_model,
+        kb_server,
+        sample_prompts(tmp / "prompts.jsonl", 1),
+        "asearcher-stubs",
+        "openrlhf.rollout.batch_size=1",
+        f"openrlhf.train.batch_size={SAMPLES}",
+    )
     return tmp
 
 
