@@ -102,6 +102,7 @@ async def guard(url: str, allow_hosts: Iterable[str] = frozenset()) -> Target:
     raising something else further down.
     """
     try:
+        url.encode("utf-8")  # a lone surrogate is no text: httpx would fail on it with an error of its own
         parts = urlsplit(url.strip())
         port = parts.port
         raw_host = parts.hostname or ""
