@@ -5,6 +5,7 @@ reused."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -50,16 +51,27 @@ def keep_result(path: Path, key: dict, result: dict, **extra) -> None:
 
 
 def code_key(measured: dict, paths: tuple[str, ...]) -> dict:
-    """Like `run_key`, but naming only the code under `paths` (git's tree of each at HEAD): a result stays valid
-    across commits that change nothing a run executes (docs, tables), so a long benchmark can be finished over
-    several sittings. Uncommitted changes under `paths` never match another invocation's key."""
+    """Like `run_key`, but naming only the code under `paths` (every file's blob at HEAD; a path written `!path`
+    is left out, for code a run provably never loads): a result stays valid across commits that change nothing a
+    run executes (docs, tables), so a long benchmark can be finished over several sittings. Uncommitted changes
+    under `paths` never match another invocation's key."""
     return {"code": _code(paths), "args": measured}
 
 
 @functools.cache
-def _code(paths: tuple[str, ...]) -> dict | str:
+def _code(paths: tuple[str, ...]) -> str:
     """Read once per process: the code cannot change under a running benchmark, and with uncommitted changes the
     runs this invocation made still match its own later lookups (its table), never another invocation's."""
-    if _git("status", "--porcelain", "--untracked-files=no", "--", *paths):
+    included = [p for p in paths if not p.startswith("!")]
+    excluded = tuple(p[1:].rstrip("/") for p in paths if p.startswith("!"))
+
+    def kept(path: str) -> bool:
+        return not any(path == e or path.startswith(e + "/") for e in excluded)
+
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", *included).splitlines()
+    if any(kept(line.split(maxsplit=1)[1].split(" -> ")[-1]) for line in changed):  # "XY path" (stripped)
         return f"uncommitted {time.time()}"
-    return {p: _git("rev-parse", f"HEAD:{p}") for p in paths}
+    listing = [
+        line for line in _git("ls-tree", "-r", "HEAD", "--", *included).splitlines() if kept(line.split("\t")[1])
+    ]
+    return hashlib.sha256("\n".join(listing).encode()).hexdigest()

@@ -80,3 +80,35 @@ def test_runs_saved_with_the_table_come_back_into_an_empty_folder_and_only_under
     back = fresh / "32_turns" / "eta4" / "0" / "streaming" / "result.json"
     assert kept_result(back, key) == {"span_s": 208.0}
     assert kept_result(back, {**key, "args": {"prompts": 12}}) is None  # other arguments: run again
+
+
+def test_the_code_key_ignores_only_the_paths_left_out(tmp_path, monkeypatch):
+    import subprocess
+
+    from benchmarks import run_key
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
+
+    (tmp_path / "pkg").mkdir()
+    for name in ("run.py", "web.py"):
+        (tmp_path / "pkg" / name).write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    monkeypatch.setattr(run_key, "ROOT", tmp_path)
+
+    def code() -> str:
+        run_key._code.cache_clear()
+        return run_key.code_key({}, ("pkg", "!pkg/web.py"))["code"]
+
+    first = code()
+    (tmp_path / "pkg" / "web.py").write_text("x = 2\n")
+    assert code() == first  # uncommitted, but left out
+    git("commit", "-qam", "web")
+    assert code() == first
+    (tmp_path / "pkg" / "run.py").write_text("x = 2\n")
+    assert code().startswith("uncommitted")
+    git("commit", "-qam", "run")
+    assert code() not in (first, "") and not code().startswith("uncommitted")
+    run_key._code.cache_clear()
