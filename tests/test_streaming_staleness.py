@@ -71,12 +71,13 @@ def test_runs_saved_with_the_table_come_back_into_an_empty_folder_and_only_under
     assert list(kept) == ["32_turns/eta4/0/streaming/result.json"]  # another code's run is not saved
 
     saved = tmp_path / "saved.json"
-    hostile = {"../outside.json": kept["32_turns/eta4/0/streaming/result.json"], "/tmp/abs.json": {}}
+    absolute = tmp_path / "absolute.json"  # inside tmp_path, so a broken guard writes nothing elsewhere
+    hostile = {"../outside.json": kept["32_turns/eta4/0/streaming/result.json"], str(absolute): {}}
     saved.write_text(json.dumps({"kept": {**kept, **hostile}}))
     monkeypatch.setattr(ss, "SAVED", saved)
     fresh = tmp_path / "fresh"
     assert ss.restore(fresh) == 1 and ss.restore(fresh) == 0  # written once, then present
-    assert not (tmp_path / "outside.json").exists()
+    assert not (tmp_path / "outside.json").exists() and not absolute.exists()
     back = fresh / "32_turns" / "eta4" / "0" / "streaming" / "result.json"
     assert kept_result(back, key) == {"span_s": 208.0}
     assert kept_result(back, {**key, "args": {"prompts": 12}}) is None  # other arguments: run again
