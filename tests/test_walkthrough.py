@@ -6,9 +6,10 @@ the pages start. Together: the tour, custom tools, `asearcher train cpu_tiny --c
 Each command must end with status 0 and no traceback, within its stated time (the `~N s`, `~N min` or `seconds` of
 its comment) with a wide margin: the slack is for shared CI cores, the limit is for a command that would run for
 hours. A long run may be shortened by what its comment says the walkthrough test adds (`--set
-openrlhf.data.max_samples=8`: the same path, fewer steps). Not run here: the environment set-up that CI's
-`scripts/test.sh` performs itself (the virtual environment, the `pip install` lines, whose packages are checked
-instead) and the suite itself. Fixed ports are replaced by free ones; a recipe's KB address by the page's server.
+openrlhf.data.max_samples=4`, `--limit 10`: the same path, fewer steps or items). Not run here: the environment
+set-up that CI's `scripts/test.sh` performs itself (the virtual environment, the `pip install` lines, whose packages
+are checked instead) and the suite itself. Fixed ports are replaced by free ones; a recipe's KB address by the
+page's server.
 """
 
 from __future__ import annotations
@@ -237,6 +238,7 @@ def test_the_warm_start_page_ends_with_a_model_that_answers_through_search(walk)
     assert start["f1"]["avg@1"] >= 0.05, start  # measured 0.28: 11 of the 40 answered right
     assert start["distributions"]["searches"]["mean"] > 0.5, start  # it searches, as the teacher did
     assert before["f1"]["avg@1"] <= 0.02, before  # the copying model alone cannot answer
+    assert before["f1"]["questions"] == 10, before  # the first 10 of the 40, as its comment says
     # the same evaluation with every search answered by another article's results
     (evaluation,) = [c for p, c, _ in ran if p == "docs/warm-start.md" and "--out runs/warm/eval-sft" in c]
     server = unrelated_kb(f"http://127.0.0.1:{ports['5005']}", int(free_port()))
@@ -249,7 +251,7 @@ def test_the_warm_start_page_ends_with_a_model_that_answers_through_search(walk)
     assert unrelated["f1"]["avg@1"] <= 0.02, unrelated  # the answers come from the search results
     # RL from the warm start trained and its model answered the same evaluation
     assert (warm / "rl" / "final" / "config.json").is_file()
-    assert json.loads((warm / "eval-rl" / "metrics.json").read_text())["items_ok"] == 40
+    assert json.loads((warm / "eval-rl" / "metrics.json").read_text())["items_ok"] == 10  # `--limit 10` added
 
 
 def overall(run_dir: Path) -> dict:
