@@ -16,7 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def machine() -> str:
     memory = psutil.virtual_memory().total / 2**30
-    return f"{psutil.cpu_count(logical=True)} cores, {memory:.0f} GiB, {platform.machine()}"
+    return f"{psutil.cpu_count(logical=True)} cores, {memory:.0f} GiB, {platform.machine()}, {cpu_kind()}"
+
+
+def cpu_kind() -> str:
+    """The CPU's model name and whether it has AVX-512: the same cores run our CPU benchmarks about twice as fast
+    with it (the suite: 2,514 against 4,978 s), so a figure names the kind it ran on."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    return f"{model}, {'AVX-512' if ' avx512f' in info else 'no AVX-512'}"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

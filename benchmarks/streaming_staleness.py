@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from asearcher_plugin.recipe import Recipe  # noqa: E402
 from benchmarks import openrlhf_cpu  # noqa: E402
-from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.readme_table import cpu_kind, publish  # noqa: E402
 from benchmarks.run_key import code_key, keep_result, kept_result  # noqa: E402
 from benchmarks.streaming_speedup import CAPACITY, WORKLOADS, configurations, overrides  # noqa: E402
 
@@ -186,13 +186,6 @@ def run_all(args, sweep: dict) -> tuple[dict, dict]:
         if server is not None:
             server.terminate()
     return results, probes
-
-
-def cpu_kind() -> str:
-    """The CPU's model name and whether it has AVX-512: runs on the two kinds differ in speed, not in ratio alone."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    return f"{model}, {'AVX-512' if ' avx512f' in info else 'no AVX-512'}"
 
 
 def kept_runs(work: Path) -> dict[str, dict]:
