@@ -152,25 +152,32 @@ def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_k
 
 
 def floor_climb(after: list[int]) -> int:
-    """How far the lowest RSS of the last third of the rounds lies above the lowest of the middle third.
+    """How far the floor of the last third of the rounds lies above the floor of the middle third, a floor being a
+    third's second-lowest RSS.
 
     The allocator keeps arenas for the largest batches seen, so RSS steps up for a while before it levels off
     (~800 MB in a 4-minute, 10,000-request run), and a large batch can hold ~60 MB for several rounds before it is
     given back (a CI run: 768 MB for 7 rounds, 820 MB for 6, back to 766). Such plateaus lift a third's median but
-    not its floor; a leak lifts every round, the floor too (4 MB a round lifts it 32 MB between the thirds).
+    not its floor; a leak lifts every round, the floor too (4 MB a round lifts it 32 MB between the thirds). The
+    second-lowest, not the lowest: the allocator can also give back ~40 MB for a single round (another CI run: 710 MB
+    once among 750-810), which lowered the middle third's minimum alone and read as a 42 MB climb.
     """
     third = len(after) // 3
-    return min(after[-third:]) - min(after[third:-third])
+    return sorted(after[-third:])[1] - sorted(after[third:-third])[1]
 
 
-# RSS (MB) of the 24 rounds after warm-up in a CI run whose memory levelled off, and the same with a planted leak.
+# RSS (MB) of the 24 rounds after warm-up in two CI runs whose memory levelled off (plateaus in the first, a single
+# dip in the second), and the same with a planted leak.
 _LEVELLED_MB = [777, 777, 768, 757, 817, 758, 783, 805, 805, 767, 768, 768, 769, 769, 772, 819]
 _LEVELLED_MB += [819, 820, 820, 820, 766, 782, 798, 798]
+_ONE_DIP_MB = [719, 812, 762, 788, 766, 748, 779, 763, 754, 786, 806, 765, 795, 774, 710, 786]
+_ONE_DIP_MB += [752, 804, 764, 793, 772, 762, 782, 771]
 
 
-def test_floor_climb_passes_allocator_plateaus_and_catches_a_leak():
-    assert floor_climb([m * 2**20 for m in _LEVELLED_MB]) < 24 * 2**20
-    leaking = [(m + 4 * i) * 2**20 for i, m in enumerate(_LEVELLED_MB)]
+@pytest.mark.parametrize("levelled", [_LEVELLED_MB, _ONE_DIP_MB], ids=["plateaus", "one dip"])
+def test_floor_climb_passes_allocator_plateaus_and_catches_a_leak(levelled):
+    assert floor_climb([m * 2**20 for m in levelled]) < 24 * 2**20
+    leaking = [(m + 4 * i) * 2**20 for i, m in enumerate(levelled)]
     assert floor_climb(leaking) >= 24 * 2**20
 
 
