@@ -10,8 +10,8 @@ if ! command -v chromium >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     { $SUDO apt-get install -y -q chromium || { $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium; }; } >/dev/null
 fi
-pip install -c constraints/cpu.txt -e ".[test]"
-sh scripts/install-cpu-harness.sh  # OpenRLHF and DeepSpeed without their GPU dependencies, as --cpu runs them
+# the package with its test extra, then OpenRLHF and DeepSpeed without their GPU dependencies, as --cpu runs them
+sh scripts/install-cpu-harness.sh test
 python scripts/check_deps.py
 ruff check . && ruff format --check .
 # the documentation site, strict: a broken link, a missing page or anchor fails; built outside the checkout
