@@ -1,0 +1,63 @@
+"""What an agent did on the decision task, per question kind: the behaviour RL is meant to move.
+
+From an `asearcher eval` folder's `trajectories.jsonl` and the task's rows (`decision_task.py`: `id`, `kind`, `title`,
+and for `read` rows `needs_page`), per kind (`all`, `read`, `both`, `none`): held-out F1, searches and page reads
+per trajectory, valid actions (1 - invalid actions / turns), and the decisions each kind tests: on `read`, the share
+of trajectories that opened a page among questions that need one and among those that do not; on `both`, the share
+that searched at least twice. Per-question F1 (the mean over its seeds) with its article goes with it, for the
+interval resampled by article (`paired_stats.clustered_interval`).
+
+Only scored rows count (`status` ok): a trajectory the infrastructure failed says nothing about the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+KINDS = ("all", "read", "both", "none")
+
+
+def load(eval_dir: Path, task_rows: Path) -> tuple[list[dict], dict[str, dict]]:
+    rows = [json.loads(line) for line in (eval_dir / "trajectories.jsonl").read_text().splitlines() if line.strip()]
+    items = [json.loads(line) for line in task_rows.read_text().splitlines() if line.strip()]
+    return rows, {item["id"]: item for item in items}
+
+
+def _share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def summarise(rows: list[dict], items: dict[str, dict]) -> dict[str, dict]:
+    """Per kind, the behaviour above; a kind with no scored trajectory is left out."""
+    scored = [r for r in rows if r.get("status") == "ok"]
+    unknown = sorted({r["id"] for r in scored if r["id"] not in items})
+    if unknown:
+        raise ValueError(f"{len(unknown)} evaluated questions are not in the task's rows, e.g. {unknown[0]!r}")
+    out = {}
+    for kind in KINDS:
+        mine = [r for r in scored if kind == "all" or items[r["id"]]["kind"] == kind]
+        if not mine:
+            continue
+        logs = [r["logs"] for r in mine]
+        turns = sum(g["turns"] for g in logs) or 1
+        per_question: dict[str, list[float]] = {}
+        for r in mine:
+            per_question.setdefault(r["id"], []).append(r["scores"]["f1"])
+        row = {
+            "trajectories": len(mine),
+            "f1": statistics.mean(r["scores"]["f1"] for r in mine),
+            "searches": statistics.mean(g["searches"] for g in logs),
+            "page_reads": statistics.mean(g["accesses"] for g in logs),
+            "valid_actions": 1 - sum(g["invalid_actions"] for g in logs) / turns,
+            "questions": {q: (statistics.mean(f), items[q]["title"]) for q, f in per_question.items()},
+        }
+        if kind == "read":
+            needs = [r["logs"]["accesses"] > 0 for r in mine if items[r["id"]].get("needs_page")]
+            shown = [r["logs"]["accesses"] > 0 for r in mine if not items[r["id"]].get("needs_page")]
+            row["reads_when_needed"], row["reads_when_not"] = _share(needs), _share(shown)
+        if kind == "both":
+            row["second_search"] = _share([r["logs"]["searches"] >= 2 for r in mine])
+        out[kind] = row
+    return out
