@@ -53,3 +53,17 @@ def test_the_site_draws_its_diagrams_without_a_network():
     assert shipped and all(p.is_file() for p in shipped), shipped
     assert b"mermaid" in shipped[0].read_bytes()[:5000] or b"mermaid" in shipped[0].read_bytes()[-5000:]
     assert any("mermaid" in page.read_text() for page in PAGES)  # there are diagrams to draw
+
+
+def test_the_readme_headline_table_is_short_and_leads_with_its_figures():
+    """At most 8 rows, each under 200 characters, the figure first and what it is measured against beside it."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Headline figures", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    header, body = rows[0], rows[2:]
+    assert header.startswith("| figure |"), header
+    assert 1 <= len(body) <= 8, len(body)
+    for row in body:
+        assert len(row) < 200, f"{len(row)} characters: {row}"
+        assert re.match(r"\| [+-]?\d", row), f"the figure does not come first: {row}"
+        assert " vs " in row or " under " in row, f"no comparison named: {row}"
