@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORDS, LIMIT = 40, 0.05
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-# a sentence ends at . ! ? (or one closing a quote or bracket) before a space and a capital, a backtick, a link or a
-# number; "e.g. the" and "0.5" do not end one
-_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z`\[(*\"0-9])")
+# a sentence ends at . ! ? (or one closing a quote, bracket or bold) before a space and a capital, a backtick, a link
+# or a number; "e.g. the" and "0.5" do not end one
+_END = re.compile(r"(?<=[.!?])[\"')\]*]*\s+(?=[A-Z`\[(*\"0-9])")
 
 
 def pages() -> list[Path]:
@@ -69,7 +69,8 @@ def main() -> int:
         total, long = long_ones(page.read_text())
         share = len(long) / total if total else 0.0
         over += share > LIMIT
-        print(f"| {page.relative_to(ROOT)} | {total} | {len(long)} | {share:.0%}{' (over 5%)' if share > LIMIT else ''} |")
+        flag = " (over 5%)" if share > LIMIT else ""
+        print(f"| {page.relative_to(ROOT)} | {total} | {len(long)} | {share:.0%}{flag} |")
     return 1 if over else 0
 
 
