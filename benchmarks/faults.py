@@ -312,7 +312,7 @@ def main() -> None:
     payload["kb_traffic"] = {"requests": requests, "clients": clients}
     note = (
         f"{requests} good requests per KB scenario ({clients} in flight; 1 in 8 a page read), sample KB "
-        "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback; the "
+        "(4366 passages, hybrid retriever), every server a real `asearcher kb serve` process on loopback. The "
         "training run: OpenRLHF's own train() on CPU with the streaming scheduler, the scripted workload (1-8 "
         f"turns of 1 s, real searches, BM25), KB down {args.outage_s:g} s. Measured: {when}"
     )

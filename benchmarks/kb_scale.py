@@ -138,7 +138,7 @@ def main() -> None:
     note = (
         f"{args.n:,} vectors (each a random mix of 3 of the sample KB's 4,366 real passage embeddings, "
         f"d = {xb.shape[1]}, plus noise), {len(xq):,} encoded sample questions, top {TOPK}, index search only "
-        f"in batches of {args.batch} on {faiss.omp_get_max_threads()} threads; the encoder adds "
+        f"in batches of {args.batch} on {faiss.omp_get_max_threads()} threads. The encoder adds "
         f"{encoder_qps:,.0f} queries/s of its own at that batch (all-MiniLM-L6-v2 on the CPU)"
     )
     payload = {"n": args.n, "dim": xb.shape[1], "queries": len(xq), "batch": args.batch, "results": results,
