@@ -18,7 +18,7 @@ WORDS, LIMIT = 40, 0.05
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 # a sentence ends at . ! ? (or one closing a quote, bracket or bold) before a space and a capital, a backtick, a link
 # or a number; "e.g. the" and "0.5" do not end one
-_END = re.compile(r"(?<=[.!?])[\"')\]*]*\s+(?=[A-Z`\[(*\"0-9])")
+_END = re.compile(r"([.!?][\"')\]*]*)\s+(?=[A-Z`\[(*\"0-9])")
 
 
 def pages() -> list[Path]:
@@ -46,7 +46,7 @@ def blocks(text: str) -> list[str]:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for block in blocks(text) for s in _END.split(block) if s.strip()]
+    return [s.strip() for block in blocks(text) for s in _END.sub("\\1\n", block).split("\n") if s.strip()]
 
 
 def long_ones(text: str) -> tuple[int, list[str]]:
