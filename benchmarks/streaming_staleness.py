@@ -275,7 +275,7 @@ def note(args, results: dict, probes: dict) -> str:
     return (
         f"OpenRLHF 0.11.2's `train()` on CPU, {args.engines} vLLM engines with prefix caching, B={args.batch} "
         f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1 (OpenRLHF's: as its "
-        "configuration says); the scripted workload of "
+        "configuration says). The scripted workload is that of "
         f"the streaming table (capacity model: at most {CAPACITY} full-speed decodes of {args.turn_s:g} s per "
         "engine). Max trained staleness: the largest, over every token in the loss of every run of the row, of the "
         "update that trained it minus the weight version its engine held when it was generated. Span: first "
@@ -284,11 +284,13 @@ def note(args, results: dict, probes: dict) -> str:
         f"Streaming's groups restarted / dropped per run, in the table's order: {', '.join(restarted) or '–'}. "
         "OpenRLHF's baseline: the "
         "sweep's configurations simulated faster than its fastest within the bound and at most one version staler "
-        "were each run once first, fastest first, and the first whose trained staleness stayed within the bound "
-        f"taken{' (over the bound: ' + '; '.join(tried) + ')' if tried else ''}. "
-        "CPU: "
-        + ("; ".join(f"{kind} ({', '.join(keys)})" for kind, keys in cpus.items()) if len(cpus) > 1 else "".join(cpus))
-        + "."
+        "were each run once first, fastest first. The first whose trained staleness stayed within the bound was "
+        f"taken.{' Over the bound: ' + '. '.join(tried) + '.' if tried else ''} "
+        + (
+            " ".join(f"On {kind}: {', '.join(keys)}." for kind, keys in cpus.items())
+            if len(cpus) > 1
+            else f"CPU: {''.join(cpus)}."
+        )
     )
 
 
