@@ -274,7 +274,8 @@ def note(args, results: dict, probes: dict) -> str:
             cpus.setdefault(kind, []).append(key)
     return (
         f"OpenRLHF 0.11.2's `train()` on CPU, {args.engines} vLLM engines with prefix caching, B={args.batch} "
-        f"prompts x n={args.n}, {args.prompts} prompts (one episode), async_queue_size 1 (OpenRLHF's: as its "
+        f"prompts x n={args.n}, {args.prompts} prompts, one episode (three in the row so named), "
+        "async_queue_size 1 (OpenRLHF's: as its "
         "configuration says). The scripted workload is that of "
         f"the streaming table (capacity model: at most {CAPACITY} full-speed decodes of {args.turn_s:g} s per "
         "engine). Max trained staleness: the largest, over every token in the loss of every run of the row, of the "

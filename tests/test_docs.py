@@ -69,10 +69,6 @@ def test_the_readme_headline_table_is_short_and_leads_with_its_figures():
         assert " vs " in row or " under " in row, f"no comparison named: {row}"
 
 
-# pages still being rewritten to the limit (their long sentences are counted and shown by the script)
-LONG_SENTENCES_PENDING = {"docs/benchmarks.md"}
-
-
 def _sentence_script():
     import importlib.util
 
@@ -88,8 +84,6 @@ def test_few_sentences_run_over_40_words():
     script = _sentence_script()
     for page in script.pages():
         name = page.relative_to(ROOT).as_posix()
-        if name in LONG_SENTENCES_PENDING:
-            continue
         total, long = script.long_ones(page.read_text())
         worst = sorted(long, key=lambda s: -len(s.split()))[:3]
         assert len(long) <= script.LIMIT * total, f"{name}: {len(long)} of {total} sentences over 40 words: {worst}"
