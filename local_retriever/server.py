@@ -124,6 +124,7 @@ def _check_text(field: str, items: list[str]) -> None:
             ) from None
 
 
+LINGER_S = 2.0  # how long a refused client may go on sending before its connection is dropped
 READ_GRACE_S = 0.05  # what receive() gets past the body deadline to hand over a body already received
 
 
@@ -381,7 +382,7 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
         limits.body_timeout_s,
         limits.max_connections,
     )
-    deadlines = {"headers": header_timeout, "body": body_timeout, "write": limits.write_timeout_s}
+    deadlines = {"headers": header_timeout, "body": body_timeout, "write": limits.write_timeout_s, "linger": LINGER_S}
 
     class GuardedH11Protocol(H11Protocol):
         def __init__(self, *args, **kwargs):
@@ -394,6 +395,7 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             self._partial = False
             self._behind = False  # the client stopped reading this response: its write deadline runs
             self._upgraded = False
+            self._lingering = False
 
         async def _gate(self, scope, receive, send):
             if len(self.connections) > max_connections or len(self.tasks) > max_connections:
@@ -410,6 +412,8 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
             self._rearm()
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering:  # the rest of a request already answered: read so the close stays clean, and drop
+                return
             if self.conn.their_state is h11.IDLE:
                 self._partial = True
             super().data_received(data)
@@ -447,10 +451,22 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
 
         def send_400_response(self, msg: str) -> None:
             self.transport.write(_raw_error(400, "Bad Request", "bad_request", msg))
-            self.transport.close()
+            self._close_lingering()
+
+        def _close_lingering(self) -> None:
+            # The client may still be sending the request this answer refuses. Closing now would answer those bytes
+            # with a reset, which can reach the client before the answer does: it would see "connection reset"
+            # instead. So the answer and an end-of-stream go out first, and what still arrives is read and dropped
+            # until the client closes, for at most LINGER_S (nginx's lingering close).
+            self._lingering = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self._set_timer("linger")
 
         def _rearm(self) -> None:
             # The deadline runs from when the wait began; bytes trickling in do not extend it.
+            if self._lingering:
+                return
             if self.transport is None or self.transport.is_closing() or self._upgraded:
                 return self._set_timer(None)
             if self._behind:  # from the first time it fell behind: reading a little now and then does not extend it
@@ -475,7 +491,7 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
 
         def _expired(self, kind: str) -> None:
             self._timer, self._timer_kind = None, None
-            if kind == "write":  # dropped with what it still holds: closing would wait for a reader that never reads
+            if kind in ("write", "linger"):  # dropped: closing would wait for a reader that never reads
                 return self.transport.abort()
             if self.transport.is_closing():
                 return
@@ -488,6 +504,7 @@ def guarded_protocol(limits: ServerLimits) -> type[H11Protocol]:
                         f"request headers not complete within {header_timeout:g} s",
                     )
                 )
+                return self._close_lingering()
             self.transport.close()
 
     return GuardedH11Protocol

@@ -327,6 +327,33 @@ def test_slow_loris_connections_are_closed_by_the_server(guarded_server):
     assert post(guarded_server, "/retrieve", {"queries": ["Angola"]}).status_code == 200
 
 
+@pytest.mark.parametrize(
+    "sent, answer",
+    [
+        (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"HTTP/1.1 408 "),  # headers unfinished past the deadline
+        (b"POST /retrieve HTTP/1.1\r\nX-Big: " + b"a" * 70_000, b"HTTP/1.1 400 "),  # headers over max_header_bytes
+    ],
+    ids=["header-timeout", "headers-too-large"],
+)
+def test_a_client_still_sending_when_refused_reads_its_answer_and_a_clean_end(guarded_server, sent, answer):
+    """Bytes that reach the server after it refused a request must not turn its close into a reset: a reset can
+    arrive before the answer is read, and the client then sees 'connection reset' instead (as 1 in 200 dripping
+    clients did under load)."""
+    host, port = guarded_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.settimeout(30)
+        sock.sendall(sent)
+        head = sock.recv(4096)
+        assert head.startswith(answer), head
+        for _ in range(3):  # bytes the client sent before it saw the answer; the server has closed its side
+            sock.sendall(b"X")
+            time.sleep(0.1)
+        rest = b""
+        while chunk := sock.recv(4096):  # ConnectionResetError here: the server answered the bytes with a reset
+            rest += chunk
+        assert b'"error"' in head + rest
+
+
 def test_connection_limit_answers_503_in_the_error_shape(hybrid_kb):
     with _guarded(hybrid_kb, max_connections=8, header_timeout_s=60) as url:
         host, port = url.removeprefix("http://").split(":")
