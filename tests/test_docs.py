@@ -115,3 +115,47 @@ def test_the_sentence_counter_splits_prose_and_leaves_code_and_tables_out():
     ]
     long = " ".join(["word"] * 41) + "."
     assert script.long_ones(f"{long} Short one.") == (2, [long])
+
+
+def benchmark_sections(text: str) -> list[tuple[str, str]]:
+    """(heading, what stands between it and its table) for each section or subsection that holds a table."""
+    out = []
+    for part in re.split(r"^#{2,3} ", text, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        before, marker, _ = body.partition("<!-- bench:")
+        if marker:
+            out.append((title, before))
+    return out
+
+
+def test_every_benchmark_section_opens_with_its_claim_then_its_table():
+    """docs/benchmarks.md: a section's claim, in one to three sentences, then its table; the method comes after."""
+    script = _sentence_script()
+    sections = benchmark_sections((ROOT / "docs" / "benchmarks.md").read_text())
+    assert len(sections) >= 15
+    for title, before in sections:
+        n = len(script.sentences(before))
+        assert 1 <= n <= 3, f"benchmarks.md, {title}: {n} sentences before its table (a claim of 1-3 sentences)"
+
+
+def test_the_claim_check_reads_a_section_as_a_reader_would():
+    page = "\n".join(
+        [
+            "## A (`a.py`)",
+            "",
+            "Claim one. Claim two.",
+            "",
+            "<!-- bench:a -->",
+            "| x |",
+            "<!-- /bench:a -->",
+            "### B",
+            "",
+            "Method first. Then more. And more. Then the claim.",
+            "<!-- bench:b -->",
+            "## C, no table",
+            "Text.",
+        ]
+    )
+    script = _sentence_script()
+    found = {title: len(script.sentences(before)) for title, before in benchmark_sections(page)}
+    assert found == {"A (`a.py`)": 2, "B": 4}
