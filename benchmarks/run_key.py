@@ -50,16 +50,18 @@ def keep_result(path: Path, key: dict, result: dict, **extra) -> None:
     path.write_text(json.dumps({"key": key, **extra, "result": result}))
 
 
-def code_key(measured: dict, paths: tuple[str, ...]) -> dict:
+def code_key(measured: dict, paths: tuple[str, ...], neutral: tuple[str, ...] = ()) -> dict:
     """Like `run_key`, but naming only the code under `paths` (every file's blob at HEAD; a path written `!path`
     is left out, for code a run provably never loads): a result stays valid across commits that change nothing a
     run executes (docs, tables), so a long benchmark can be finished over several sittings. Uncommitted changes
-    under `paths` never match another invocation's key."""
-    return {"code": _code(paths), "args": measured}
+    under `paths` never match another invocation's key. `neutral`: commits whose changes under `paths` the caller
+    declares a run cannot tell apart (each with its reason beside the list): a file a neutral commit changed and
+    nothing changed since counts with its blob from before that commit."""
+    return {"code": _code(paths, neutral), "args": measured}
 
 
 @functools.cache
-def _code(paths: tuple[str, ...]) -> str:
+def _code(paths: tuple[str, ...], neutral: tuple[str, ...] = ()) -> str:
     """Read once per process: the code cannot change under a running benchmark, and with uncommitted changes the
     runs this invocation made still match its own later lookups (its table), never another invocation's."""
     included = [p for p in paths if not p.startswith("!")]
@@ -71,7 +73,23 @@ def _code(paths: tuple[str, ...]) -> str:
     changed = _git("status", "--porcelain", "--untracked-files=no", "--", *included).splitlines()
     if any(kept(line.split(maxsplit=1)[1].split(" -> ")[-1]) for line in changed):  # "XY path" (stripped)
         return f"uncommitted {time.time()}"
-    listing = [
-        line for line in _git("ls-tree", "-r", "HEAD", "--", *included).splitlines() if kept(line.split("\t")[1])
-    ]
+    blobs = {}  # path -> "mode type blob", as ls-tree lists it
+    for line in _git("ls-tree", "-r", "HEAD", "--", *included).splitlines():
+        meta, path = line.split("\t", 1)
+        if kept(path):
+            blobs[path] = meta
+    for commit in neutral:
+        diff = _git("diff-tree", "-r", "--no-commit-id", f"{commit}^", commit, "--", *included)
+        if not _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
+            raise SystemExit(f"run key: the neutral commit {commit} is not in this repository")
+        for line in diff.splitlines():  # ":old_mode new_mode old_blob new_blob status\tpath"
+            meta, path = line.split("\t", 1)
+            old_mode, _, old_blob, new_blob, status = meta[1:].split()
+            if path not in blobs or blobs[path].split()[2] != new_blob:
+                continue  # changed again since: that change counts
+            if status == "A":
+                del blobs[path]
+            else:
+                blobs[path] = f"{old_mode} blob {old_blob}"
+    listing = [f"{meta}\t{path}" for path, meta in sorted(blobs.items())]
     return hashlib.sha256("\n".join(listing).encode()).hexdigest()

@@ -63,7 +63,7 @@ def test_runs_saved_with_the_table_come_back_into_an_empty_folder_and_only_under
     made = tmp_path / "made"
     for i in (0, 1):
         (made / "32_turns" / "eta4" / str(i) / "streaming").mkdir(parents=True)
-    key = code_key({"prompts": 48}, ss.RUN_CODE)
+    key = code_key({"prompts": 48}, ss.RUN_CODE, tuple(ss.RUN_NEUTRAL))
     keep_result(made / "32_turns" / "eta4" / "0" / "streaming" / "result.json", key, {"span_s": 208.0})
     stale = {**key, "code": "an older tree"}
     keep_result(made / "32_turns" / "eta4" / "1" / "streaming" / "result.json", stale, {"span_s": 1.0})
@@ -112,4 +112,48 @@ def test_the_code_key_ignores_only_the_paths_left_out(tmp_path, monkeypatch):
     assert code().startswith("uncommitted")
     git("commit", "-qam", "run")
     assert code() not in (first, "") and not code().startswith("uncommitted")
+    run_key._code.cache_clear()
+
+
+def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tmp_path, monkeypatch):
+    import subprocess
+
+    from benchmarks import run_key
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "server.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "run.py").write_text("y = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    monkeypatch.setattr(run_key, "ROOT", tmp_path)
+
+    def code(*neutral: str) -> str:
+        run_key._code.cache_clear()
+        return run_key.code_key({}, ("pkg",), neutral)["code"]
+
+    before = code()
+    (tmp_path / "pkg" / "server.py").write_text("x = 1  # a path the runs never take\n")
+    (tmp_path / "pkg" / "new.py").write_text("z = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "neutral")
+    neutral = git("rev-parse", "HEAD")
+    assert code() != before  # not declared: the runs are made again
+    assert code(neutral) == before  # declared: the runs made before it still count
+    (tmp_path / "pkg" / "run.py").write_text("y = 2\n")
+    git("commit", "-qam", "a real change")
+    assert code(neutral) != before
+    git("revert", "--no-edit", "HEAD")
+    (tmp_path / "pkg" / "server.py").write_text("x = 3\n")  # the neutral commit's file changed again
+    git("commit", "-qam", "server again")
+    assert code(neutral) != before
     run_key._code.cache_clear()
