@@ -79,9 +79,9 @@ def _code(paths: tuple[str, ...], neutral: tuple[str, ...] = ()) -> str:
         if kept(path):
             blobs[path] = meta
     for commit in neutral:
-        diff = _git("diff-tree", "-r", "--no-commit-id", f"{commit}^", commit, "--", *included)
         if not _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
             raise SystemExit(f"run key: the neutral commit {commit} is not in this repository")
+        diff = _git("diff-tree", "-r", "--no-commit-id", f"{commit}^", commit, "--", *included)
         for line in diff.splitlines():  # ":old_mode new_mode old_blob new_blob status\tpath"
             meta, path = line.split("\t", 1)
             old_mode, _, old_blob, new_blob, status = meta[1:].split()
