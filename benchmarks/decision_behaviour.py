@@ -25,6 +25,17 @@ def load(eval_dir: Path, task_rows: Path) -> tuple[list[dict], dict[str, dict]]:
     return rows, {item["id"]: item for item in items}
 
 
+def per_trajectory(logs: list[dict]) -> dict[str, float]:
+    """Searches and page reads per trajectory, and valid actions (1 - invalid actions / turns), over the `logs` of
+    scored trajectories."""
+    turns = sum(g["turns"] for g in logs) or 1
+    return {
+        "searches": statistics.mean(g["searches"] for g in logs),
+        "page_reads": statistics.mean(g["accesses"] for g in logs),
+        "valid_actions": 1 - sum(g["invalid_actions"] for g in logs) / turns,
+    }
+
+
 def _share(flags: list[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
@@ -40,17 +51,13 @@ def summarise(rows: list[dict], items: dict[str, dict]) -> dict[str, dict]:
         mine = [r for r in scored if kind == "all" or items[r["id"]]["kind"] == kind]
         if not mine:
             continue
-        logs = [r["logs"] for r in mine]
-        turns = sum(g["turns"] for g in logs) or 1
         per_question: dict[str, list[float]] = {}
         for r in mine:
             per_question.setdefault(r["id"], []).append(r["scores"]["f1"])
         row = {
             "trajectories": len(mine),
             "f1": statistics.mean(r["scores"]["f1"] for r in mine),
-            "searches": statistics.mean(g["searches"] for g in logs),
-            "page_reads": statistics.mean(g["accesses"] for g in logs),
-            "valid_actions": 1 - sum(g["invalid_actions"] for g in logs) / turns,
+            **per_trajectory([r["logs"] for r in mine]),
             "questions": {q: (statistics.mean(f), items[q]["title"]) for q, f in per_question.items()},
         }
         if kind == "read":

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from asearcher_plugin.openrlhf.cpu.actors import step_rewards  # noqa: E402
 from asearcher_plugin.sft.recipe import write_cpu_recipe  # noqa: E402
+from benchmarks.decision_behaviour import per_trajectory  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.run_key import claim, run_key  # noqa: E402
 from benchmarks.search_task import learning_split, make_questions  # noqa: E402
@@ -87,11 +88,11 @@ def evaluate(model: Path, questions: Path, kb_url: str, out: Path, k: int, limit
     metrics = json.loads((out / "metrics.json").read_text())["datasets"]["overall"]
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     logs = [r["logs"] for r in rows if r["status"] == "ok"]
-    turns = sum(g["turns"] for g in logs) or 1
+    behaviour = per_trajectory(logs)
     return {
         "f1": metrics["f1"][f"avg@{k}"],
-        "searches": statistics.mean(g["searches"] for g in logs),
-        "valid_actions": 1 - sum(g["invalid_actions"] for g in logs) / turns,
+        "searches": behaviour["searches"],
+        "valid_actions": behaviour["valid_actions"],
         "answered": statistics.mean(g.get("answered", 0.0) for g in logs),
     }
 

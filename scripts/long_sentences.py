@@ -69,7 +69,7 @@ def main() -> int:
         total, long = long_ones(page.read_text())
         share = len(long) / total if total else 0.0
         over += share > LIMIT
-        flag = " (over 5%)" if share > LIMIT else ""
+        flag = f" (over {LIMIT:.0%})" if share > LIMIT else ""
         print(f"| {page.relative_to(ROOT)} | {total} | {len(long)} | {share:.0%}{flag} |")
     return 1 if over else 0
 
