@@ -25,5 +25,5 @@ fi
 # The quick tests on two workers, a file to each at a time (a file's tests share its module fixtures); then the slow
 # ones (OpenRLHF's trainer with vLLM, Ray rollouts, soaks) one at a time: two of those side by side on two cores took
 # 2-4x as long each (measured: docs/testing.md), more than running them in turn
-python -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=0 --durations-min=20
+python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow" --durations=0 --durations-min=20
 python -m pytest -q -m slow --durations=0 --durations-min=20

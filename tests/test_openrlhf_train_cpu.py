@@ -40,6 +40,16 @@ RECIPE_ETA = 2  # cpu_tiny's, for the resumed run
 def train(
     tmp: Path, tiny_model, kb_server, prompts: Path, *overrides: str, env=None, check=True, timeout=1200
 ) -> subprocess.CompletedProcess:
+    cmd, env = train_command(tmp, tiny_model, kb_server, prompts, *overrides, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp, env=env)
+    (tmp / "train.log").write_text(proc.stdout + proc.stderr)
+    if check:
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def train_command(tmp: Path, tiny_model, kb_server, prompts: Path, *overrides: str, env=None) -> tuple[list, dict]:
+    """The command line and environment of `train`, run in `tmp`."""
     cmd = [
         sys.executable,
         "-m",
@@ -64,22 +74,19 @@ def train(
     tmp.mkdir(parents=True, exist_ok=True)
     # DeepSpeed's build cache for this run alone: the harness leaves its CPU ops unbuilt (deepspeed_ops)
     env = {**os.environ, "RAY_DEDUP_LOGS": "0", "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"), **(env or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp, env=env)
-    (tmp / "train.log").write_text(proc.stdout + proc.stderr)
-    if check:
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc
+    return cmd, env
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def sample_prompts(path: Path, count: int, start: int = 0) -> Path:
-    """`count` sample questions from the `start`-th as OpenRLHF's prompt dataset."""
+def sample_prompts(path: Path, count: int, start: int = 0, picks: tuple[int, ...] = ()) -> Path:
+    """`count` sample questions from the `start`-th (or those numbered in `picks`) as OpenRLHF's prompt dataset."""
     from local_retriever.sample import load_sample_questions
 
-    rows = load_sample_questions()[start : start + count]
+    questions = load_sample_questions()
+    rows = [questions[i] for i in picks] if picks else questions[start : start + count]
     path.write_text(
         "".join(json.dumps({"question": q["question"], "golden_answers": q["golden_answers"]}) + "\n" for q in rows)
     )
@@ -91,16 +98,29 @@ def prompts(tmp_path_factory):
     return sample_prompts(tmp_path_factory.mktemp("data") / "prompts.jsonl", N_PROMPTS)
 
 
+# Sample questions whose first search result (the question's first 12 words, top 1, as the scripted workload
+# searches) is a short article, 405-2,221 characters: a page read shows one chunk of a few hundred tokens. The
+# streaming run and its resume ask these; the resume reads pages in ASearcher's format, where a long article's chunk
+# (Angola's: 25,000 characters, ~7,500 tokens) changes nothing its checks read but the time (28 s a step's training on
+# the AVX2 EPYC).
+SHORT_ARTICLES = (8, 9, 10, 48, 59, 63)  # Actrius, Animalia (twice), Algorithms (twice), Transport in Angola
+
+
 @pytest.fixture(scope="module")
-def async_run(tmp_path_factory, tiny_model, kb_server, prompts):
+def stream_prompts(tmp_path_factory):
+    return sample_prompts(tmp_path_factory.mktemp("stream") / "prompts.jsonl", N_PROMPTS, picks=SHORT_ARTICLES)
+
+
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory, tiny_model, kb_server, stream_prompts):
     """2 episodes x 3 steps, async + partial rollout, a checkpoint after every step; the reasoning agent's per-call
-    sequences on the scripted workload (the streaming tests and the per-call tests read the same run)."""
+    sequences on the scripted workload (the streaming tests, the per-call tests and the resume read the same run)."""
     tmp = tmp_path_factory.mktemp("async")
     per_call_train(
         tmp,
         tiny_model,
         kb_server,
-        prompts,
+        stream_prompts,
         "reasoning",
         "openrlhf.train.num_episodes=2",
         "openrlhf.ckpt.save_steps=1",
@@ -132,8 +152,8 @@ def batches(trace: list[dict]) -> list[dict]:
     return [row for row in trace if row["groups"]]
 
 
-def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, prompts):
-    questions = sorted(json.loads(line)["question"] for line in prompts.read_text().splitlines())
+def test_streaming_scheduler_runs_inside_openrlhf_train(async_run, stream_prompts):
+    questions = sorted(json.loads(line)["question"] for line in stream_prompts.read_text().splitlines())
     trace = batches(read_jsonl(async_run / "trace.jsonl"))
     fits = read_jsonl(async_run / "ckpt" / "cpu_harness_fits.jsonl")
     # 2 episodes x 3 steps: every batch handed out by our generator was trained, in order
@@ -228,19 +248,29 @@ MASK_WORKLOAD = {
 # 4 updates of 2 groups: the held trajectory's group trains at the 4th (its answer waits for the 3rd), with the
 # last of the 7 other prompts; the batches before it are the other 6
 MASK_PROMPTS = 8
+BUDGET_S = 5  # the outage budget of the mask run's second episode, whose KB is gone
+BUDGET_WAIT_S = 600  # for the run to stop after its KB's end: about 10 s here (the budget, the client's retries)
 
 
-def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, kb_server):
+@pytest.fixture(scope="module")
+def mask_run(tmp_path_factory, tiny_model, sample_kb):
+    """The mask run (below), whose KB server is killed for good once its first episode has trained: its second
+    episode's searches fail until the outage budget ends the run; (folder, exit code)."""
     from asearcher_plugin.openrlhf.cpu import scripted
-    from benchmarks.trained_staleness import read_calls, sample_staleness, trained_staleness
+    from local_retriever.server_process import start_server, wait_healthy
 
-    engines = tmp_path / "engines"
+    tmp = tmp_path_factory.mktemp("mask")
+    engines = tmp / "engines"
     engines.mkdir(parents=True)
-    train(
-        tmp_path,
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(sample_kb, port, "bm25")
+    wait_healthy(url, server)
+    cmd, env = train_command(
+        tmp,
         tiny_model,
-        kb_server,
-        sample_prompts(tmp_path / "prompts.jsonl", MASK_PROMPTS),
+        url,
+        sample_prompts(tmp / "prompts.jsonl", MASK_PROMPTS),
         f"openrlhf.train.agent_func_path={scripted.__file__}",
         "agent.max_turns=16",
         "agent.tools.topk=1",
@@ -251,10 +281,36 @@ def test_on_stale_mask_takes_stale_turns_out_of_the_loss(tmp_path, tiny_model, k
         "scheduler.on_stale=mask",
         f"cpu_harness.workload={json.dumps(MASK_WORKLOAD)}",
         f"cpu_harness.engine_stats={engines}",
+        "openrlhf.train.num_episodes=2",
+        f"scheduler.outage_budget_s={BUDGET_S}",
     )
-    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
-    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")
-    assert len(fits) == len(trace) == MASK_PROMPTS // BATCH
+    fit_log = tmp / "ckpt" / "cpu_harness_fits.jsonl"
+    with open(tmp / "train.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=tmp, env=env)
+    try:
+        episode = MASK_PROMPTS // BATCH
+        wait_for(lambda: fit_log.exists() and len(read_jsonl(fit_log)) >= episode, proc, 900, "first episode")
+        server.kill()
+        server.wait()
+        try:
+            code = proc.wait(timeout=BUDGET_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None  # the budget's test names it; the mask's checks read the first episode
+    finally:
+        proc.kill()
+        server.kill()
+    return tmp, code
+
+
+def test_on_stale_mask_takes_stale_turns_out_of_the_loss(mask_run):
+    from benchmarks.trained_staleness import read_calls, sample_staleness, trained_staleness
+
+    tmp_path, _ = mask_run
+    engines = tmp_path / "engines"
+    everything = batches(read_jsonl(tmp_path / "trace.jsonl"))
+    trace = [r for r in everything if r["episode"] == 0]
+    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[: len(trace)]
+    assert len(fits) == len(trace) == MASK_PROMPTS // BATCH and everything[: len(trace)] == trace
     # The version each trained token was generated by, as the engine counted its weight updates, against the one it
     # trained at, as the policy actor counted its broadcasts (benchmarks/trained_staleness.py, how the streaming
     # benchmark measures both systems): the trainer's count is the scheduler's version, every call's tokens are the
@@ -367,28 +423,6 @@ def per_call_train(tmp: Path, tiny_model, kb_server, prompts: Path, agent: str, 
     )
 
 
-STUBS_QUESTION = 8  # "Who directed the 1997 Catalan film Actrius?": its first search result is the Actrius article
-
-
-@pytest.fixture(scope="module")
-def stubs_run(tmp_path_factory, tiny_model, kb_server):
-    """One step of one group (its n = 2 trajectories): its calls hold a whole page chunk, then its stub. The question
-    is about a short article (Actrius, 2,221 characters: its one chunk ~500 tokens) because a chunk's size changes
-    nothing here but the time: the first question's (Angola, a full 25,000-character chunk) made ~7,500-token
-    sequences that took 28 s to train on the AVX2 EPYC."""
-    tmp = tmp_path_factory.mktemp("per_call_stubs")
-    per_call_train(
-        tmp,
-        tiny_model,
-        kb_server,
-        sample_prompts(tmp / "prompts.jsonl", 1, start=STUBS_QUESTION),
-        "asearcher-stubs",
-        "openrlhf.rollout.batch_size=1",
-        f"openrlhf.train.batch_size={SAMPLES}",
-    )
-    return tmp
-
-
 def check_per_call_fit(row: dict, fit: dict) -> int:
     """Asserts the per-call invariants of one update; returns how many of its trajectories were split."""
     trajectories = trajectories_of(fit)
@@ -413,17 +447,21 @@ def check_per_call_fit(row: dict, fit: dict) -> int:
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("agent", PER_CALL_AGENTS)
 def test_per_call_sequences_train_as_trajectories(agent, request):
-    # the reasoning agent's run is the streaming run (async_run, 6 steps); the stubs' a run of its own, one step
-    run, steps = (
-        (request.getfixturevalue("async_run"), 6)
-        if agent == "reasoning"
-        else (request.getfixturevalue("stubs_run"), 1)
-    )
+    # the reasoning agent's run is the streaming run (async_run, 6 steps); ASearcher's format, its resume (the rest of
+    # episode 0, then episode 1)
+    if agent == "reasoning":
+        run, before, steps = request.getfixturevalue("async_run"), 0, 6
+    else:
+        run, before = request.getfixturevalue("resumed_run")
+        steps = len(batches(read_jsonl(run / "trace.jsonl")))
+        assert steps > N_PROMPTS // BATCH
     trace = batches(read_jsonl(run / "trace.jsonl"))
-    fits = read_jsonl(run / "ckpt" / "cpu_harness_fits.jsonl")
+    fits = read_jsonl(run / "ckpt" / "cpu_harness_fits.jsonl")[before:]
     assert len(fits) == len(trace) == steps
     split = sum(check_per_call_fit(row, fit) for row, fit in zip(trace, fits, strict=True))
     assert split > 0  # some trajectories became several sequences
+    if agent == "asearcher-stubs":  # split where a page was read: its chunk once, then its stub
+        assert any(t[0]["accesses"] > 0 and len(t) > 1 for f in fits for t in trajectories_of(f))
 
 
 TWO_ACTORS_BUDGET = 768  # tokens: a step of this run takes one or two micro-batches per rank
@@ -480,39 +518,49 @@ def test_per_call_with_two_policy_actors_under_zero3_splits_by_tokens_and_never_
     assert "Global step 2" in (tmp_path / "train.log").read_text()
 
 
-def test_resume_replays_prompts_that_were_in_flight(async_run, tmp_path, tiny_model, kb_server, prompts):
-    """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode: exactly the prompts
-    drawn but not trained run again, from the checkpoint's weights and step, and train as split trajectories
-    (per-call sequences), accounted per trajectory."""
-    shutil.copytree(async_run / "ckpt", tmp_path / "ckpt")
-    (tmp_path / "ckpt" / "_actor" / "latest").write_text("global_step2")  # DeepSpeed's pointer to the tag to load
-    before = len(read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl"))
-    first = batches(read_jsonl(async_run / "trace.jsonl"))
-    trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}
+@pytest.fixture(scope="module")
+def resumed_run(async_run, tmp_path_factory, tiny_model, kb_server, stream_prompts):
+    """async_run resumed from its checkpoint after step 2 in restart mode, to the end of its 2 episodes, with the
+    asearcher agent in ASearcher's format (a page read, its chunk shown whole once, then its stub); (folder, how many
+    of its fit log's lines the checkpoint brought)."""
+    tmp = tmp_path_factory.mktemp("resumed")
+    shutil.copytree(async_run / "ckpt", tmp / "ckpt")
+    (tmp / "ckpt" / "_actor" / "latest").write_text("global_step2")  # DeepSpeed's pointer to the tag to load
+    before = len(read_jsonl(tmp / "ckpt" / "cpu_harness_fits.jsonl"))
     per_call_train(
-        tmp_path,
+        tmp,
         tiny_model,
         kb_server,
-        prompts,
-        "reasoning",
+        stream_prompts,
+        "asearcher-stubs",
         "openrlhf.train.num_episodes=2",
         "openrlhf.ckpt.load_enable=true",
         "scheduler.on_stale=restart",
     )
-    trace = batches(read_jsonl(tmp_path / "trace.jsonl"))
-    questions = {json.loads(line)["question"] for line in prompts.read_text().splitlines()}
+    return tmp, before
+
+
+def test_resume_replays_prompts_that_were_in_flight(async_run, resumed_run, stream_prompts):
+    """Resume from the checkpoint after step 2 (prompts still in flight then), in restart mode: exactly the prompts
+    drawn but not trained run again, from the checkpoint's weights and step, and train as split trajectories
+    (per-call sequences), accounted per trajectory."""
+    tmp, before = resumed_run
+    first = batches(read_jsonl(async_run / "trace.jsonl"))
+    trained_before = {g["prompt"] for r in first[:2] for g in r["groups"]}
+    trace = batches(read_jsonl(tmp / "trace.jsonl"))
+    questions = {json.loads(line)["question"] for line in stream_prompts.read_text().splitlines()}
     episode0 = [g["prompt"] for r in trace if r["episode"] == 0 for g in r["groups"]]
     episode1 = [g["prompt"] for r in trace if r["episode"] == 1 for g in r["groups"]]
     # the rest of episode 0 is exactly what was drawn but not trained at the checkpoint, then a full episode
     assert sorted(episode0) == sorted(questions - trained_before) and sorted(episode1) == sorted(questions)
-    fits = read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl")[before:]
+    fits = read_jsonl(tmp / "ckpt" / "cpu_harness_fits.jsonl")[before:]
     assert len(fits) == len(trace)
     # restart mode: no consumed group is staler than eta
     assert all(g["staleness"] <= RECIPE_ETA for r in trace for g in r["groups"])
     # split trajectories after a resume: one advantage each, the loss on exactly their generated tokens
     assert sum(check_per_call_fit(row, fit) for row, fit in zip(trace, fits, strict=True)) > 0
     # the resumed trainer went on from the checkpoint's step (the policy actor counts its own fits from 1)
-    assert fits[0]["fit"] == 1 and "Global step 3" in (tmp_path / "train.log").read_text()
+    assert fits[0]["fit"] == 1 and "Global step 3" in (tmp / "train.log").read_text()
 
 
 SYNC_TOLERANCE = 0.005  # mean |log-prob| difference a token, bf16 trainer against a bf16 engine with its weights
@@ -708,19 +756,16 @@ def test_a_kb_outage_mid_run_is_never_trained_on(tmp_path, tiny_model, sample_kb
     assert "tool endpoints failing" in (tmp_path / "train.log").read_text()
 
 
-@pytest.mark.timeout(900)
-def test_an_outage_longer_than_its_budget_stops_the_run(tmp_path, tiny_model, prompts):
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every search fails for the infrastructure
-    proc = outage_run(
-        tmp_path, tiny_model, dead, prompts, "agent.tools.local.check_on_start=false", "scheduler.outage_budget_s=5"
-    )
-    try:
-        code = proc.wait(timeout=800)
-    finally:
-        proc.kill()
+def test_an_outage_longer_than_its_budget_stops_the_run(mask_run):
+    """The mask run's KB gone for good in its second episode: the run ends after the outage budget with one error
+    line, and nothing was trained on a failed search."""
+    tmp_path, code = mask_run
     log = (tmp_path / "train.log").read_text()
+    assert code is not None, f"the run went on {BUDGET_WAIT_S} s after its KB's end: {log[-3000:]}"
     assert code == 1, log[-3000:]
     # one line with the run's reason, not Ray's wrapped traceback
     (line,) = [x for x in log.splitlines() if x.startswith("error: cpu_tiny: tool endpoints unavailable for")]
-    assert "longer than the outage budget of 5 s (scheduler.outage_budget_s); last failure: prompt" in line, line
-    assert not (tmp_path / "ckpt" / "cpu_harness_fits.jsonl").exists()  # nothing was trained
+    assert f"longer than the outage budget of {BUDGET_S} s (scheduler.outage_budget_s); last failure: prompt" in line
+    assert "Global step" in log  # it trained before, and what it trained has no infrastructure failure
+    infos = [e["info"] for f in read_jsonl(tmp_path / "ckpt" / "cpu_harness_fits.jsonl") for e in f["experiences"]]
+    assert infos and all(v == 0 for info in infos for v in info["tool_errors_infra"])
