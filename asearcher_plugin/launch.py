@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import shlex
 import sys
 
 from .actor_watch import ActorWatch
 from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 from .openrlhf.args import RecipeFlagError
+from .openrlhf.commands import PPO, run_command
 from .openrlhf.run_end import note_run_ended
 from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
 
@@ -160,11 +160,10 @@ def run_openrlhf(argv: list[str], config: RunConfig, cpu: bool = False) -> None:
             per_call=config.agent.training_sequences == "per_call",
             kb_urls=tuple(tools.local.urls) if tools.backend == "local" else (),
         )
-    sys.argv = ["openrlhf.cli.train_ppo_ray", *argv]
     watch = ActorWatch()
     watch.start()
     try:
-        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+        run_command(PPO, argv)
     except KeyboardInterrupt:
         if watch.failure is None:
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from asearcher_plugin.sft import data as sft_data
 from asearcher_plugin.sft.dataset import TokenSFTDataset, read_rows
@@ -58,6 +59,13 @@ def test_mask_covers_exactly_the_generated_tokens(teacher_run, tmp_path, tokeniz
         assert inputs[i, :n].tolist() == row["input_ids"] and attention[i].sum() == n  # nothing appended
         targets = inputs[i, 1:][loss_masks[i, :-1].bool()].tolist()
         assert targets == [t for t, m in zip(row["input_ids"], row["loss_mask"]) if m]
+    # the batch OpenRLHF's own padding (SFTDataset.collate_fn's) makes of the same items, rows of unequal lengths
+    from openrlhf.utils.utils import zero_pad_sequences
+
+    assert len({len(row["input_ids"]) for row in rows}) > 1
+    columns = zip(*[dataset[i] for i in range(len(dataset))])
+    for got, column, value in zip((inputs, attention, loss_masks), columns, (dataset.pad_id, 0, 0), strict=True):
+        assert torch.equal(got, zero_pad_sequences(list(column), "right", value))
 
 
 def test_rejection_sampling_split_and_reasons(teacher_run, tmp_path):

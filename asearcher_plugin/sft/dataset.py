@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 
@@ -77,11 +78,11 @@ class TokenSFTDataset(Dataset):
         return input_ids, torch.ones_like(input_ids), torch.tensor([next_token_mask(mask)], dtype=torch.float32)
 
     def collate_fn(self, item_list):
-        from openrlhf.utils.utils import zero_pad_sequences
-
+        """The batch `SFTDataset.collate_fn` returns: each of the three padded on the right to the longest row."""
         ids, attention, masks = zip(*item_list)
-        return (
-            zero_pad_sequences(list(ids), "right", self.pad_id),
-            zero_pad_sequences(list(attention), "right"),
-            zero_pad_sequences(list(masks), "right"),
-        )
+        return _pad(ids, self.pad_id), _pad(attention, 0), _pad(masks, 0.0)
+
+
+def _pad(rows, value) -> torch.Tensor:
+    """[1, L_i] tensors -> [B, max L_i], `value` on the right."""
+    return pad_sequence([r[0] for r in rows], batch_first=True, padding_value=value, padding_side="right")

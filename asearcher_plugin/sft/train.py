@@ -2,7 +2,8 @@
 `Actor`, `DeepspeedStrategy`, `SFTTrainer`, `save_model`) on an `asearcher sft-data` dataset.
 
 Two names are replaced in OpenRLHF's modules before its command runs, and nothing else: `SFTDataset` by
-`TokenSFTDataset` (the rows' ids and masks as they are) and `blending_datasets` by a reader of those JSONL rows.
+`TokenSFTDataset` (the rows' ids and masks as they are) and `blending_datasets` by a reader of those JSONL rows
+(`asearcher_plugin.openrlhf.commands`, where OpenRLHF is touched).
 `python -m asearcher_plugin.sft.train FLAGS` is the command itself (under `deepspeed --module` on GPUs); with
 `--cpu` it runs in one process on DeepSpeed's CPU accelerator, with the same CUDA redirections as `asearcher train
 --cpu` (asearcher_plugin.openrlhf.cpu).
@@ -11,10 +12,10 @@ Two names are replaced in OpenRLHF's modules before its command runs, and nothin
 from __future__ import annotations
 
 import os
-import runpy
 import socket
 import sys
 
+from ..openrlhf.commands import SFT, run_command, use_sft_dataset
 from ..openrlhf.run_end import note_run_ended
 from .dataset import TokenSFTDataset, read_rows
 
@@ -32,14 +33,6 @@ def blend(datasets: str, probabilities=None, strategy=None, seed=42, max_count=N
         raise SFTRunError("--data.dataset_probs: token datasets are concatenated; write one file per mixture")
     rows = read_rows(datasets)
     return rows if max_count is None else rows.select(range(min(int(max_count), len(rows))))
-
-
-def install_token_dataset() -> None:
-    import openrlhf.datasets
-    import openrlhf.datasets.utils
-
-    openrlhf.datasets.SFTDataset = TokenSFTDataset
-    openrlhf.datasets.utils.blending_datasets = blend
 
 
 def check_flags(argv: list[str], cpu: bool) -> None:
@@ -101,13 +94,8 @@ def run(argv: list[str], cpu: bool = False, float32: bool = False) -> None:
         from asearcher_plugin.openrlhf.cpu.precision import train_in_fp32
 
         train_in_fp32()
-    install_token_dataset()
-    saved = sys.argv
-    sys.argv = ["openrlhf.cli.train_sft", *argv]
-    try:
-        runpy.run_module("openrlhf.cli.train_sft", run_name="__main__", alter_sys=False)
-    finally:
-        sys.argv = saved
+    use_sft_dataset(TokenSFTDataset, blend)
+    run_command(SFT, argv)
     note_run_ended()
 
 
