@@ -54,6 +54,8 @@ RUN_CODE = (
 RUN_NEUTRAL = {
     "0b73289": "the KB server's lingering close after a 400 or 408: the runs' searches are whole, well-formed "
     "requests, which it never refuses; an accepted request takes the same path as before",
+    "121cf8d": "OpenRLHF's train_ppo_ray run from openrlhf/commands.py by the same runpy call with the same argv "
+    "(sys.argv restored after it returns); the rest is the SFT command, which a training run never imports",
 }
 PORT = 5125
 # the published table's rows: both workloads at three bounds, and one longer run at 32 turns
