@@ -71,3 +71,12 @@ def test_openrlhf_imported_outside_its_adapter_breaks_the_contract(tmp_path):
     assert out.returncode == 1, out.stdout[-4000:] + out.stderr[-2000:]
     assert "asearcher_plugin is not allowed to import openrlhf" in out.stdout
     assert "asearcher_plugin.sft.swap -> openrlhf" in out.stdout
+
+
+def test_each_package_registers_its_own_sub_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "asearcher_plugin.cli", "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    commands = {line.split()[1] for line in out.stdout.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
+    assert {"kb", "synth", "eval", "train"} <= commands, out.stdout
