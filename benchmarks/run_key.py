@@ -85,6 +85,10 @@ def _code(paths: tuple[str, ...], neutral: tuple[str, ...] = ()) -> str:
         for line in diff.splitlines():  # ":old_mode new_mode old_blob new_blob status\tpath"
             meta, path = line.split("\t", 1)
             old_mode, _, old_blob, new_blob, status = meta[1:].split()
+            if status == "D":  # a file it removed (or moved away) counts as it was, unless it is back since
+                if path not in blobs:
+                    blobs[path] = f"{old_mode} blob {old_blob}"
+                continue
             if path not in blobs or blobs[path].split()[2] != new_blob:
                 continue  # changed again since: that change counts
             if status == "A":

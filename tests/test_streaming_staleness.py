@@ -157,3 +157,17 @@ def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tm
     git("commit", "-qam", "server again")
     assert code(neutral) != before
     run_key._code.cache_clear()
+    # a declared move: the file leaves its path and comes back elsewhere, its imports edited
+    before_move = code(neutral)
+    git("mv", "pkg/run.py", "pkg/moved.py")
+    (tmp_path / "pkg" / "moved.py").write_text("y = 1  # imported from its new place\n")
+    git("add", ".")
+    git("commit", "-qm", "move")
+    moved = git("rev-parse", "HEAD")
+    assert code(neutral) != before_move
+    assert code(neutral, moved) == before_move
+    (tmp_path / "pkg" / "run.py").write_text("y = 2\n")  # a new file at the old path, beside the moved one
+    git("add", ".")
+    git("commit", "-qm", "the old path back")
+    assert code(neutral, moved) != before_move
+    run_key._code.cache_clear()
