@@ -44,7 +44,7 @@ setup(
         "local_retriever": ["data/*.jsonl"],
         "asearcher_plugin.agent": ["templates/*.txt"],
         "asearcher_plugin.demo": ["static/*"],  # the demo page: plain HTML, CSS and JS, no build step
-        "asearcher_plugin": ["judge_templates/*.txt"],
+        "asearcher_plugin.rewards": ["judge_templates/*.txt"],
         "asearcher_plugin.recipes": ["*.yaml"],
     },
     install_requires=[

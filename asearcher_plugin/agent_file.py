@@ -19,7 +19,7 @@ from asearcher_plugin.agent.executor import NO_STREAMING, PER_CALL_NEEDS_SCHEDUL
 TEMPLATE = '''"""Per-run agent file for OpenRLHF (--train.agent_func_path), written by `python -m asearcher_plugin.env
 --config {source}`. The agent config below is that run's; edit the YAML and write this file again."""
 
-from asearcher_plugin.config import RunConfig
+from asearcher_plugin.settings.config import RunConfig
 from asearcher_plugin.env import AgentExecutor as _AgentExecutor
 
 RUN_CONFIG = {config!r}

@@ -9,7 +9,7 @@ import typer
 
 from local_retriever.options import deprecated, out_dir, split_list
 
-from .cli_help import show_flags_without_type
+from .commands.cli_help import show_flags_without_type
 
 show_flags_without_type()
 app = typer.Typer(help="Long-horizon search agents for OpenRLHF.", no_args_is_help=True)
@@ -87,7 +87,7 @@ def quickstart(
 
     from rich.console import Console
 
-    from asearcher_plugin.quickstart import run_quickstart
+    from asearcher_plugin.commands.quickstart import run_quickstart
 
     workdir = Path(out_dir(out, legacy_dir, "--dir", "runs"))
     from asearcher_plugin.eval.runner import ResumeRefused
@@ -171,7 +171,7 @@ def train(
         except HarnessMissing as exc:
             typer.echo(f"error: {recipe}: {exc}", err=True)
             raise typer.Exit(2) from None
-    from asearcher_plugin.local_inputs import make_local_inputs, missing_local_paths
+    from asearcher_plugin.commands.local_inputs import make_local_inputs, missing_local_paths
 
     make_local_inputs(model.openrlhf.get("actor.model_name_or_path"), model.openrlhf.get("data.prompt_dataset"))
     inputs = ("actor.model_name_or_path", "data.prompt_dataset", "eval.dataset")  # OpenRLHF 0.11.2's flags
@@ -206,9 +206,9 @@ def rollout(
 
     import ray
 
+    from asearcher_plugin.commands.rollout import RolloutFlags, load_prompts
+    from asearcher_plugin.commands.rollout import rollout as run
     from asearcher_plugin.recipe import Recipe, RecipeError
-    from asearcher_plugin.rollout import RolloutFlags, load_prompts
-    from asearcher_plugin.rollout import rollout as run
 
     try:
         r = Recipe.load(recipe, set_)
@@ -216,7 +216,7 @@ def rollout(
     except (RecipeError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    from asearcher_plugin.local_inputs import MissingInput, ensure_local_inputs
+    from asearcher_plugin.commands.local_inputs import MissingInput, ensure_local_inputs
 
     model, data = flags.model, flags.prompt_dataset
     if out.endswith(".jsonl"):  # the old `--out FILE`
@@ -262,7 +262,7 @@ def rollout(
 
 
 def _eval_commands() -> typer.Typer:
-    from asearcher_plugin.eval_cli import eval_app
+    from asearcher_plugin.commands.eval_cli import eval_app
 
     return eval_app
 

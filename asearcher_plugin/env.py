@@ -15,7 +15,7 @@ from pathlib import Path
 
 from asearcher_plugin.agent.executor import NO_STREAMING, AgentExecutor
 from asearcher_plugin.agent.instance import AgentInstance
-from asearcher_plugin.config import ConfigError
+from asearcher_plugin.settings.config import ConfigError
 
 __all__ = ["AgentExecutor", "AgentInstance", "agent_file", "main"]
 

@@ -19,11 +19,11 @@ import shlex
 import sys
 
 from .actor_watch import ActorWatch
-from .config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 from .openrlhf.args import RecipeFlagError
 from .openrlhf.commands import PPO, run_command
 from .openrlhf.run_end import note_run_ended
 from .recipe import Recipe, RecipeError, agent_path, check_run, read_run_file
+from .settings.config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, RunConfig, load_run_config_env
 
 
 class LaunchError(ValueError):

@@ -13,8 +13,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from .config import AgentConfig, ConfigError, CpuHarnessConfig, RunConfig, SchedulerConfig, validation_problems
-from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
+from .settings.config import (
+    AgentConfig,
+    ConfigError,
+    CpuHarnessConfig,
+    RunConfig,
+    SchedulerConfig,
+    validation_problems,
+)
+from .settings.yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
 # The recipes live at the top of the repository (recipes/), where a user looks first; a wheel ships them inside the
 # package (setup.py maps them to asearcher_plugin/recipes/), so a name resolves from a checkout and from a pip install.

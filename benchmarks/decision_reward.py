@@ -5,7 +5,7 @@ the word loses 0.05 more when the page is opened anyway."""
 
 from __future__ import annotations
 
-from asearcher_plugin.reward import f1_score, format_factor, parse_gold
+from asearcher_plugin.rewards.reward import f1_score, format_factor, parse_gold
 
 TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the search a question needs
 

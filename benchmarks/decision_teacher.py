@@ -108,9 +108,9 @@ def main() -> None:
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
-    from asearcher_plugin.config import load_config, override_agent_config
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
+    from asearcher_plugin.settings.config import load_config, override_agent_config
 
     config = override_agent_config(load_config(args.agent_config), [f"agent.tools.local.urls=[{args.kb_url}]"])
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

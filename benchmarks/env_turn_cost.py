@@ -95,9 +95,9 @@ def script(articles, docs, turns: int) -> list[str]:
 
 
 def run_style(tokenizer, articles, style: str, trajectories: int, turns: int, max_length: int) -> dict:
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.engines.types import SamplingParams
     from asearcher_plugin.env import AgentExecutor
+    from asearcher_plugin.settings.config import AgentConfig
 
     config = AgentConfig(agent_type="asearcher", max_turns=turns, max_new_tokens_per_turn=1024, feedback_style=style)
     config.tools.topk, config.tools.max_doc_chars = 3, 1500

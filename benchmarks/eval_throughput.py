@@ -55,11 +55,11 @@ def main() -> None:
     import httpx
     from transformers import AutoTokenizer
 
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.engines.openai import OpenAIEngine
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
+    from asearcher_plugin.settings.config import AgentConfig
     from local_retriever.server_process import free_port, wait_until_up
 
     model = ensure_tiny_model("runs/tiny-model")

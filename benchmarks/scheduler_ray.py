@@ -29,7 +29,7 @@ async def poll_idle(actors, stop: asyncio.Event, samples: list) -> None:
 
 
 async def run(mode: str, actors, prompts, args, params) -> dict:
-    from asearcher_plugin.rollout import group_runner
+    from asearcher_plugin.commands.rollout import group_runner
     from asearcher_plugin.scheduler import StreamingScheduler
 
     run_group = group_runner(actors, params, args.max_len, args.n)
@@ -81,9 +81,9 @@ def main() -> None:
 
     import ray
 
+    from asearcher_plugin.commands.rollout import _actor_class
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from asearcher_plugin.engines.types import SamplingParams
-    from asearcher_plugin.rollout import _actor_class
     from local_retriever.build import ensure_sample_kb
     from local_retriever.sample import load_sample_questions
     from local_retriever.server_process import start_server, wait_healthy

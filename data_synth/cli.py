@@ -51,7 +51,7 @@ def synth(
     import json
     from pathlib import Path
 
-    from asearcher_plugin.yamlio import parse_assignment
+    from asearcher_plugin.settings.yamlio import parse_assignment
 
     from .config import SynthConfigError, load_synth_config
     from .run import run_synth

@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from asearcher_plugin.config import ToolsConfig, validation_problems
-from asearcher_plugin.yamlio import read_yaml_mapping, set_dotted
+from asearcher_plugin.settings.config import validation_problems
+from asearcher_plugin.settings.yamlio import read_yaml_mapping, set_dotted
+from asearcher_plugin.tools.config import ToolsConfig
 from local_retriever.endpoints import EndpointConfig
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datasketch import MinHash, MinHashLSH
 
-from asearcher_plugin.reward import normalize_answer
+from asearcher_plugin.rewards.reward import normalize_answer
 
 NUM_PERM = 128
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from asearcher_plugin.jsonl import drop_cut_tail
+from asearcher_plugin.utils.jsonl import drop_cut_tail
 
 from .config import SynthConfig
 from .dedup import NearDuplicates

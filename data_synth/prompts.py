@@ -13,7 +13,7 @@ dropped with that reason counted in `stats.json`.
 | `FUZZ` | generator | detail, vaguer, question, answer | detail was in the question and is gone; answer unchanged; answer not in question |
 | `QUALITY` | judge | fluent, self_contained, time_anchored, coherent, reason | all four true to pass |
 | `DIRECT_ANSWER` | generator, k samples | answer | none: an unparseable reply counts as a wrong answer |
-| grading | judge | verdict, reason | `asearcher_plugin.judge.JUDGE_PROMPT`, the one eval uses; exact matches skip it |
+| grading | judge | verdict, reason | `asearcher_plugin.rewards.judge.JUDGE_PROMPT`, the one eval uses; exact matches skip it |
 | `UNIQUENESS` | judge | also_valid, reason | a wrong tool-free answer that is also valid rejects the question |
 """
 

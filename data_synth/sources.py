@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from asearcher_plugin.reward import parse_gold
+from asearcher_plugin.rewards.reward import parse_gold
 
 
 class SeedError(ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from asearcher_plugin.reward import normalize_answer
+from asearcher_plugin.rewards.reward import normalize_answer
 
 
 def same_answer(a: str, b: str) -> bool:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from asearcher_plugin.config import JudgeConfig
-from asearcher_plugin.judge import Judge, JudgeUnavailable
-from asearcher_plugin.reward import normalize_answer
+from asearcher_plugin.rewards.judge import Judge, JudgeUnavailable
+from asearcher_plugin.rewards.reward import normalize_answer
+from asearcher_plugin.settings.config import JudgeConfig
 
 from . import prompts
 from .chat import BadOutput, ChatClient, EndpointUnavailable, extract_json
@@ -40,7 +40,8 @@ def parse_direct_answer(text: str) -> str:
 
 
 def grading_config(judge_endpoint) -> JudgeConfig:
-    """The project's judge (`asearcher_plugin.judge`, verdict format) on the synthesis judge's endpoint, greedy."""
+    """The project's judge (`asearcher_plugin.rewards.judge`, verdict format) on the synthesis judge's endpoint,
+    greedy."""
     ep = judge_endpoint.cfg
     return JudgeConfig(
         base_urls=ep.base_urls,

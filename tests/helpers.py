@@ -24,8 +24,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.engines.types import CompletionOutput, Logprob, RequestOutput, SamplingParams
+from asearcher_plugin.settings.config import AgentConfig
 from local_retriever.server_process import free_port
 
 # --- real HTTP servers on loopback: uvicorn in a background thread on a free port ------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from asearcher_plugin.agent.reference_policy import ReferencePolicy
-from asearcher_plugin.config import AgentConfig
+from asearcher_plugin.settings.config import AgentConfig
 from tests.helpers import serve_app
 
 PAGES = {

@@ -169,7 +169,7 @@ def test_a_command_reaching_a_train_only_module_says_which_extra(monkeypatch, ca
 
 
 def test_eval_set_overrides_the_agent_config_and_is_validated():
-    from asearcher_plugin.config import AgentConfig, ConfigError, override_agent_config
+    from asearcher_plugin.settings.config import AgentConfig, ConfigError, override_agent_config
 
     base = AgentConfig(max_turns=4)
     cfg = override_agent_config(base, ["agent.max_turns=16", "agent.tools.local.urls=[http://a:1, http://b:2]"])
@@ -293,7 +293,7 @@ def test_train_refuses_a_missing_local_input_before_anything_starts(tmp_path, mo
 
     from asearcher_plugin import launch
     from asearcher_plugin.cli import app
-    from asearcher_plugin.local_inputs import missing_local_paths
+    from asearcher_plugin.commands.local_inputs import missing_local_paths
 
     started = []
     monkeypatch.setattr(launch, "run_openrlhf", lambda argv, config, cpu=False: started.append(cpu))

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, load_config
 from asearcher_plugin.launch import LaunchError, config_for_launch
 from asearcher_plugin.recipe import RecipeError, load_recipe
-from asearcher_plugin.yamlio import YamlInputError, load_yaml, parse_assignment
+from asearcher_plugin.settings.config import CONFIG_ENV, RUN_CONFIG_ENV, ConfigError, load_config
+from asearcher_plugin.settings.yamlio import YamlInputError, load_yaml, parse_assignment
 from data_synth.config import SynthConfigError, load_synth_config
 
 ROOT = Path(__file__).resolve().parent.parent

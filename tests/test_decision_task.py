@@ -136,8 +136,8 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task,
     from transformers import AutoTokenizer
 
     sys.path.insert(0, str(ROOT))
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.eval.runner import run_eval
+    from asearcher_plugin.settings.config import AgentConfig
     from benchmarks.decision_teacher import DecisionTeacher
 
     config = AgentConfig.model_validate(

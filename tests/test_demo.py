@@ -12,11 +12,11 @@ import threading
 import pytest
 from websockets.sync.client import connect
 
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.demo.guard import Access, is_loopback
 from asearcher_plugin.demo.redact import MASK
 from asearcher_plugin.demo.server import NETWORK_WARNING, create_app
 from asearcher_plugin.engines.hf import HFEngine
+from asearcher_plugin.settings.config import AgentConfig
 from tests.helpers import free_port, serve_app
 
 QUESTION, GOLD = "What is the capital and largest city of Angola?", "Luanda"

@@ -96,9 +96,9 @@ class Page:
 def eval_file(tmp_path: Path, tokenizer, kb_url: str) -> Path:
     """A real `asearcher eval` output: two sample questions answered by the reference policy, one failed row."""
     from asearcher_plugin.agent.reference_policy import ReferencePolicy
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.eval.datasets import load_dataset
     from asearcher_plugin.eval.runner import run_eval
+    from asearcher_plugin.settings.config import AgentConfig
 
     items = load_dataset("sample", limit=2)
     config = AgentConfig.model_validate({"agent_type": "asearcher", "tools": {"local": {"urls": [kb_url]}}})

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 
-from asearcher_plugin.config import JudgeConfig, load_config
+from asearcher_plugin.settings.config import JudgeConfig, load_config
 from data_synth.config import load_synth_config
 from local_retriever.endpoints import (
     BadReply,

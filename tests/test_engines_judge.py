@@ -6,11 +6,11 @@ import asyncio
 import pytest
 from fastapi import FastAPI
 
-from asearcher_plugin.config import JudgeConfig
 from asearcher_plugin.engines.hf import HFEngine
 from asearcher_plugin.engines.openai import EngineUnavailable, OpenAIEngine
 from asearcher_plugin.engines.types import SamplingParams
-from asearcher_plugin.judge import JudgeUnavailable, judge, parse_verdict
+from asearcher_plugin.rewards.judge import JudgeUnavailable, judge, parse_verdict
+from asearcher_plugin.settings.config import JudgeConfig
 from tests.helpers import free_port, serve_app
 
 
@@ -168,8 +168,8 @@ def test_judge_verdicts_retries_and_failure():
 
 
 def test_judge_reward_falls_back_to_f1_with_a_flag():
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import AgentConfig
 
     async def run(url):
         config = AgentConfig(agent_type="search-r1")

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asearcher_plugin.agent.actions import parse_action
-from asearcher_plugin.config import AgentConfig, JudgeConfig
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor, AgentInstance
+from asearcher_plugin.settings.config import AgentConfig, JudgeConfig
 from asearcher_plugin.tools import make_toolbox
 from asearcher_plugin.tools.url_guard import BlockedURL, check_url
 from tests.helpers import ScriptedEngine, free_port, serve_app
@@ -511,8 +511,8 @@ def test_parser_agrees_with_the_regex_grammar(text):
 
 
 def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
-    import asearcher_plugin.disk_cache as cache_mod
     import asearcher_plugin.tools.web as web_mod
+    import asearcher_plugin.utils.disk_cache as cache_mod
 
     url, config = web
     threads = {"html": set(), "cache": set()}
@@ -541,8 +541,8 @@ def test_extraction_and_cache_run_off_the_event_loop(web, monkeypatch):
 
 
 def test_judge_cache_runs_off_the_event_loop(tmp_path, monkeypatch):
-    import asearcher_plugin.disk_cache as cache_mod
-    from asearcher_plugin.judge import judge
+    import asearcher_plugin.utils.disk_cache as cache_mod
+    from asearcher_plugin.rewards.judge import judge
 
     seen = set()
     original = cache_mod.DiskCache.get

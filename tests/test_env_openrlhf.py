@@ -55,7 +55,7 @@ def test_module_prints_its_path_and_imports_no_vllm_or_ray():
 
 
 def test_bad_config_fails_at_load_naming_the_field(tmp_path, monkeypatch):
-    from asearcher_plugin.config import ConfigError, load_config
+    from asearcher_plugin.settings.config import ConfigError, load_config
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("agent:\n  agent_type: magic\n  max_turns: 0\n  tools: {topk: 3, bogus: 1}\n")
@@ -110,8 +110,8 @@ def test_execute_with_tiny_model_becomes_an_experience(agent_config, tiny_model)
 
 def test_tools_through_the_agent_instance(agent_config, kb_server):
     """Scripted actions through the real tools: search, paged access, a tool failure, an answer."""
-    from asearcher_plugin.config import load_config
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import load_config
     from asearcher_plugin.tools import make_toolbox
 
     async def run():
@@ -152,8 +152,8 @@ def test_step_never_raises_on_adversarial_output():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import AgentConfig
     from asearcher_plugin.tools import make_toolbox
 
     config = AgentConfig(agent_type="asearcher", max_turns=1000)
@@ -191,8 +191,8 @@ def test_step_never_raises_on_adversarial_output():
 
 
 def test_reasoning_agent_is_refused_for_single_sequence_training_and_runs_for_eval(tiny_model, kb_server):
-    from asearcher_plugin.config import AgentConfig, ConfigError
     from asearcher_plugin.env import AgentExecutor
+    from asearcher_plugin.settings.config import AgentConfig, ConfigError
 
     config = AgentConfig(agent_type="asearcher-reasoning", max_turns=3, max_new_tokens_per_turn=16)
     config.tools.local.urls = [kb_server]
@@ -208,8 +208,8 @@ def test_reasoning_agent_is_refused_for_single_sequence_training_and_runs_for_ev
 
 
 def test_chat_feedback_style_uses_the_chat_template(tiny_model, kb_server):
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentExecutor
+    from asearcher_plugin.settings.config import AgentConfig
 
     config = AgentConfig(agent_type="search-r1", max_turns=2, max_new_tokens_per_turn=12, feedback_style="chat")
     config.tools.local.urls = [kb_server]

@@ -129,7 +129,7 @@ def test_the_kb_hash_follows_what_the_kb_holds_not_when_or_where_it_was_built(sa
 
 
 def test_the_observation_hash_changes_with_the_format_and_its_settings():
-    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.settings.config import AgentConfig
 
     native = card_module.observation_sha256(AgentConfig())
     assert native == card_module.observation_sha256(AgentConfig())

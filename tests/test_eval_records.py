@@ -3,11 +3,11 @@
 import asyncio
 import json
 
-from asearcher_plugin.config import AgentConfig, JudgeConfig
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
 from asearcher_plugin.eval.runner import run_eval, write_reports
 from asearcher_plugin.records import EvalRow, Trajectory
+from asearcher_plugin.settings.config import AgentConfig, JudgeConfig
 from tests.helpers import ScriptedEngine, free_port
 
 ANSWER = [("<think>Orwell wrote it.</think> <answer>George Orwell</answer>", "stop")]

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.eval.runner import load_rows, run_eval
+from asearcher_plugin.settings.config import AgentConfig
 from asearcher_plugin.tools import make_toolbox
 from tests.helpers import ScriptedEngine, free_port
 

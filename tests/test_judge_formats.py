@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import settings as settings_h
 from hypothesis import strategies as st
 
-from asearcher_plugin.config import AgentConfig, ConfigError, JudgeConfig, load_config
-from asearcher_plugin.judge import (
+from asearcher_plugin.rewards.judge import (
     JUDGE_PROMPT,
     Judge,
     JudgeUnavailable,
@@ -21,6 +20,7 @@ from asearcher_plugin.judge import (
     parse_asearcher_judgement,
     settings,
 )
+from asearcher_plugin.settings.config import AgentConfig, ConfigError, JudgeConfig, load_config
 from tests.helpers import serve_app
 
 # ASearcher's DefaultJudge prompt (evaluation/evaluate.py) with its fields filled in, as its judge sees it.

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from asearcher_plugin.config import RUN_CONFIG_ENV, RunConfig, load_config
 from asearcher_plugin.launch import LaunchError, config_for_launch, ray_job_command, runtime_env_vars
+from asearcher_plugin.settings.config import RUN_CONFIG_ENV, RunConfig, load_config
 
 
 def launch(*args, env=None):

@@ -6,8 +6,8 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.env import AgentInstance
+from asearcher_plugin.settings.config import AgentConfig
 from asearcher_plugin.tools import ToolError
 from asearcher_plugin.tools.base import ToolBox
 from local_retriever.log_throttle import ThrottleFilter, throttled

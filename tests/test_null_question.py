@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from asearcher_plugin.config import AgentConfig
+from asearcher_plugin.commands.rollout import load_prompts
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
 from asearcher_plugin.eval.datasets import DatasetError, load_dataset
-from asearcher_plugin.rollout import load_prompts
+from asearcher_plugin.settings.config import AgentConfig
 from tests.helpers import ScriptedEngine
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from asearcher_plugin.agent.observations import doc_body, page_blocks, search_block
 from asearcher_plugin.agent.prompts import build_prompt, chat_prompt, reasoning_prompt
-from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.env import AgentExecutor
+from asearcher_plugin.settings.config import AgentConfig, ConfigError, load_config
 from tests.helpers import (
     QUESTION,
     TOOL_STOPS,

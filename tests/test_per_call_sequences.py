@@ -10,8 +10,8 @@ import types
 import pytest
 
 from asearcher_plugin.agent.sequences import CallRecords
-from asearcher_plugin.config import ConfigError
 from asearcher_plugin.env import AgentExecutor
+from asearcher_plugin.settings.config import ConfigError
 from tests.helpers import TurnEngine, asearcher_config, execute, expected_blocks, ids, search_then_read_script
 
 

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 
-from asearcher_plugin.config import LocalToolsConfig
+from asearcher_plugin.tools.config import LocalToolsConfig
 from tests.helpers import free_port
 
 
@@ -42,8 +42,8 @@ def test_one_reachable_server_is_enough(kb_server):
 
 
 def test_the_check_can_be_turned_off_and_is_not_made_for_explicit_configs():
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentExecutor
+    from asearcher_plugin.settings.config import AgentConfig
 
     dead = f"http://127.0.0.1:{free_port()}"
     off = build_as_openrlhf({"agent": {"tools": {"local": {"urls": [dead], "check_on_start": False}}}})
@@ -132,7 +132,7 @@ def test_search_r1_and_asearcher_servers_pass_the_start_up_check():
 def test_a_server_that_does_not_answer_retrieve_is_unreachable(kb_server):
     from fastapi import FastAPI
 
-    from asearcher_plugin.config import ConfigError
+    from asearcher_plugin.settings.config import ConfigError
     from asearcher_plugin.tools.preflight import check_kb_reachable
     from tests.helpers import serve_app
 

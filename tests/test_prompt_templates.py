@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from asearcher_plugin.agent.prompts import build_prompt, reasoning_prompt
-from asearcher_plugin.config import AgentConfig, ConfigError, load_config
 from asearcher_plugin.env import AgentInstance
+from asearcher_plugin.settings.config import AgentConfig, ConfigError, load_config
 from tests.helpers import build_and_install
 
 # The prompts as prompts.py held them before they moved to template files (commit 472c082), verbatim.
@@ -120,7 +120,7 @@ def test_pip_install_ships_the_templates(tmp_path):
     for name in ("search-r1", "asearcher", "asearcher-reasoning", "tool-calls"):
         assert f"asearcher_plugin/agent/templates/{name}.txt" in names
     for fmt in ("verdict", "asearcher"):  # the judge's templates ride in the same wheel
-        assert f"asearcher_plugin/judge_templates/{fmt}.txt" in names
+        assert f"asearcher_plugin/rewards/judge_templates/{fmt}.txt" in names
     probe = (
         "import sys; sys.path.insert(0, sys.argv[1]); import asearcher_plugin.agent.prompts as p; "
         "assert p.__file__.startswith(sys.argv[1]), p.__file__; print(p.build_prompt('asearcher', 'Q?'), end='')"
@@ -135,7 +135,7 @@ def test_a_packaged_prompt_is_named_and_read_from_each_install():
     """`prompt_template: asearcher-search-only` stays a name in the config (a Ray worker on another node reads its
     own installed copy, not the driver's path) and renders ASearcher's training prompt; an unknown name is refused."""
     from asearcher_plugin.agent.prompts import template_for
-    from asearcher_plugin.config import AgentConfig
+    from asearcher_plugin.settings.config import AgentConfig
 
     config = AgentConfig(agent_type="asearcher", prompt_template="asearcher-search-only")
     assert config.prompt_template == "asearcher-search-only"

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asearcher_plugin.agent.actions import parse_action
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.env import AgentInstance
+from asearcher_plugin.settings.config import AgentConfig
 from asearcher_plugin.tools import make_toolbox
 from local_retriever.server import ServerLimits, build_app, uvicorn_options
 from tests.helpers import serve_app

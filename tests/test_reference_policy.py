@@ -7,10 +7,10 @@ import pytest
 
 from asearcher_plugin.agent.actions import parse_action
 from asearcher_plugin.agent.reference_policy import NAME, ReferencePolicy
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.eval.datasets import load_dataset
 from asearcher_plugin.eval.runner import run_eval
+from asearcher_plugin.settings.config import AgentConfig
 
 # Sample questions whose answer the top-ranked page of the sample KB states (checked by reading the pages).
 ON_TOP_PAGE = {"sample_0001": "Luanda", "sample_0002": "1921", "sample_0007": "eighteen", "sample_0008": "Stagira"}

@@ -150,7 +150,7 @@ ANSWERS = [
 
 def test_avg_and_max_at_k_equal_asearchers_on_the_same_answers():
     from asearcher_plugin.eval.metrics import asearcher_aggregate
-    from asearcher_plugin.reward import score_all
+    from asearcher_plugin.rewards.reward import score_all
 
     k = 2
     rows = [

@@ -2,8 +2,7 @@
 
 import pytest
 
-from asearcher_plugin.config import RewardConfig
-from asearcher_plugin.reward import (
+from asearcher_plugin.rewards.reward import (
     asearcher_f1,
     cjk_tokens,
     cover_exact_match,
@@ -18,6 +17,7 @@ from asearcher_plugin.reward import (
     score_all,
     substring_match,
 )
+from asearcher_plugin.settings.config import RewardConfig
 
 
 def test_normalisations():
@@ -127,8 +127,8 @@ def test_invalid_answer_penalty():
 def test_reward_options_reach_the_environment_reward():
     import asyncio
 
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import AgentConfig
 
     def reward(answer: str, label, **options) -> float:
         config = AgentConfig(agent_type="search-r1", reward=RewardConfig(**options))
@@ -162,8 +162,8 @@ def test_valid_instruction_mix_as_asearcher_trains():
     of a question agrees."""
     import asyncio
 
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import AgentConfig
 
     invalid_sentence = "the Assistant replies with '<answer> the question is invalid. </answer>'."
     config = AgentConfig(

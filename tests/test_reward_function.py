@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
-from asearcher_plugin.config import AgentConfig, ConfigError, override_agent_config
 from asearcher_plugin.engines.types import SamplingParams
 from asearcher_plugin.env import AgentExecutor
-from asearcher_plugin.reward_function import RewardFunctionError
+from asearcher_plugin.rewards.reward_function import RewardFunctionError
+from asearcher_plugin.settings.config import AgentConfig, ConfigError, override_agent_config
 from tests import reward_functions
 from tests.helpers import ScriptedEngine
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from asearcher_plugin.commands.rollout import RolloutFlags
 from asearcher_plugin.recipe import Recipe
-from asearcher_plugin.rollout import RolloutFlags
 
 
 def test_the_flags_of_a_recipe_with_its_overrides():

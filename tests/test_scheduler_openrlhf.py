@@ -78,7 +78,7 @@ KWARGS = {"max_len": 512, "temperature": 1.0, "top_p": 1.0, "n_samples_per_promp
 
 
 def engines_for(tiny_model, kb_server, n=2):
-    from asearcher_plugin.rollout import _actor_class
+    from asearcher_plugin.commands.rollout import _actor_class
 
     agent = {
         "agent_type": "asearcher",
@@ -93,7 +93,7 @@ def engines_for(tiny_model, kb_server, n=2):
 def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, local_ray, tiny_model, kb_server):
     from ray.util.queue import Queue
 
-    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.settings.config import SchedulerConfig
 
     engines = engines_for(tiny_model, kb_server)
     args = make_args()
@@ -157,7 +157,7 @@ def test_streaming_generator_hands_out_batches_of_complete_groups(streaming, loc
 @pytest.mark.slow
 def test_every_episode_is_a_full_pass_over_the_prompts(streaming, local_ray, tiny_model, kb_server):
     """OpenRLHF calls generate_samples() again for each episode; each pass must consume every prompt once."""
-    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.settings.config import SchedulerConfig
 
     rows = [(None, [f"Q{i}?"], [json.dumps(["x"])], [None]) for i in range(5)]
     generator = streaming.StreamingSamplesGenerator(
@@ -217,7 +217,7 @@ def test_a_cancelled_group_cancels_the_engine_call(streaming, local_ray):
 def test_install_replaces_the_generator_actor_and_holds_for_one_ray_job(streaming):
     import openrlhf.trainer.ppo_trainer_async as async_trainer
 
-    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.settings.config import SchedulerConfig
 
     streaming.check_contract()  # the installed OpenRLHF has what install() relies on
     stock = async_trainer.GenerateSamplesActor
@@ -293,7 +293,7 @@ def test_a_resumed_runs_version_starts_from_the_checkpoints_step_when_its_first_
     on_stale: restart dropping every group in flight)."""
     from queue import Queue
 
-    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.settings.config import SchedulerConfig
 
     rows = [(None, [f"Question {i}?"], [json.dumps(["x"])], [None]) for i in range(4)]
     generator = streaming.StreamingSamplesGenerator(
@@ -352,7 +352,7 @@ class CountingEngine:
 
 
 def counting_generator(streaming, rows, engines, max_concurrent, **settings):
-    from asearcher_plugin.config import SchedulerConfig
+    from asearcher_plugin.settings.config import SchedulerConfig
 
     return streaming.StreamingSamplesGenerator(
         strategy=SimpleNamespace(args=make_args(batch_size=2)),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from asearcher_plugin.agent.prompts import format_docs
-from asearcher_plugin.reward import normalize_answer
+from asearcher_plugin.rewards.reward import normalize_answer
 from benchmarks.search_task import learning_split, make_questions, passages, split
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from asearcher_plugin.agent.executor import AgentExecutor
 from asearcher_plugin.agent.reference_policy import ReferencePolicy
-from asearcher_plugin.config import AgentConfig
 from asearcher_plugin.engines.tiny_model import CHAT_TEMPLATE
 from asearcher_plugin.engines.types import SamplingParams
+from asearcher_plugin.settings.config import AgentConfig
 from local_retriever.server_process import free_port
 from tests.helpers import ScriptedEngine
 

@@ -7,8 +7,8 @@ from typing import Literal
 import pytest
 
 from asearcher_plugin.agent.tool_parsers import ToolCall, parse_hermes, parse_llama3_json
-from asearcher_plugin.config import AgentConfig, ConfigError, override_agent_config
-from asearcher_plugin.tool_registry import BadToolCall, ToolRegistry, ToolSpecError, resolve_extra, tool_from_function
+from asearcher_plugin.settings.config import AgentConfig, ConfigError, override_agent_config
+from asearcher_plugin.tools.registry import BadToolCall, ToolRegistry, ToolSpecError, resolve_extra, tool_from_function
 
 
 def convert(value: float, unit: Literal["km", "mi"], digits: int = 2, note: str | None = None) -> str:

@@ -23,9 +23,9 @@ from fastapi.responses import PlainTextResponse, RedirectResponse
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from asearcher_plugin.config import ToolsConfig
 from asearcher_plugin.tools import url_guard
 from asearcher_plugin.tools.base import ToolError
+from asearcher_plugin.tools.config import ToolsConfig
 from asearcher_plugin.tools.url_guard import BlockedURL, check_url, guard
 from asearcher_plugin.tools.web import WebToolBox
 

@@ -14,8 +14,8 @@ from fastapi.responses import (
     StreamingResponse,
 )
 
-from asearcher_plugin.config import ToolsConfig
 from asearcher_plugin.tools.base import ToolError
+from asearcher_plugin.tools.config import ToolsConfig
 from asearcher_plugin.tools.url_guard import BlockedURL, check_url
 from asearcher_plugin.tools.web import WebToolBox, html_to_markdown
 from tests.helpers import serve_app
@@ -316,8 +316,8 @@ def test_malformed_urls_are_tool_errors(web):
 
 def test_model_written_urls_and_queries_become_feedback_in_step(web):
     """The same inputs, and lone surrogates in queries (SQLite cache key, Serper's JSON body), through step()."""
-    from asearcher_plugin.config import AgentConfig
     from asearcher_plugin.env import AgentInstance
+    from asearcher_plugin.settings.config import AgentConfig
 
     url, app, cfg = web
     config = AgentConfig(agent_type="asearcher", max_turns=1000)

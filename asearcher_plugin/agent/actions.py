@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..text import scrub
+from ..utils.text import scrub
 
 TOOL_TAGS = ("search", "access", "answer")
 STOP_STRINGS = ["</search>", "</access>", "</answer>"]

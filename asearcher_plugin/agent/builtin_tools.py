@@ -6,7 +6,7 @@ accesses in the trajectory's counters; their failures go through the same error 
 
 from __future__ import annotations
 
-from ..tool_registry import Tool, tool_from_function
+from ..tools.registry import Tool, tool_from_function
 from .prompts import format_docs
 
 

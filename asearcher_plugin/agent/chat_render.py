@@ -9,7 +9,7 @@ sequence is the prompt, the sampled ids, `between_ids`, the sampled ids, ...
 
 from __future__ import annotations
 
-from ..config import ConfigError
+from ..settings.config import ConfigError
 
 SENTINEL = "\x00assistant-turn\x00"
 

@@ -23,9 +23,9 @@ from asearcher_plugin.agent.prompts import chat_feedback, chat_prompt, reasoning
 from asearcher_plugin.agent.sequences import CallRecords
 from asearcher_plugin.agent.transcript import Transcript
 from asearcher_plugin.agent.turns import TurnEvent, TurnHook
-from asearcher_plugin.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, ConfigError, load_config
 from asearcher_plugin.engines.types import with_overrides
 from asearcher_plugin.records import Trajectory
+from asearcher_plugin.settings.config import CONFIG_ENV, RUN_CONFIG_ENV, AgentConfig, ConfigError, load_config
 from asearcher_plugin.tools import make_toolbox
 
 NO_STREAMING = (
@@ -105,7 +105,7 @@ class AgentExecutor(AgentExecutorBase):
         loop = asyncio.get_running_loop()
         judge = self._judges.get(id(loop))
         if judge is None:
-            from asearcher_plugin.judge import Judge
+            from asearcher_plugin.rewards.judge import Judge
 
             judge = self._judges[id(loop)] = Judge(self.config.reward.judge)
         return judge

@@ -26,9 +26,16 @@ from asearcher_plugin.agent.prompts import (
     template_for,
 )
 from asearcher_plugin.agent.valid_instruction import instruct, told_valid
-from asearcher_plugin.config import AgentConfig, load_config
 from asearcher_plugin.records import flat_logs
-from asearcher_plugin.reward import METRICS, format_factor, invalid_answer_penalty, parse_aug, parse_gold, score_all
+from asearcher_plugin.rewards.reward import (
+    METRICS,
+    format_factor,
+    invalid_answer_penalty,
+    parse_aug,
+    parse_gold,
+    score_all,
+)
+from asearcher_plugin.settings.config import AgentConfig, load_config
 from asearcher_plugin.tools.base import EXPECTED_FAILURES, failure_shown
 from local_retriever.log_throttle import throttled
 
@@ -249,7 +256,7 @@ class AgentInstance(AgentInstanceBase):
         return invalid_answer_penalty(score, self.answer, self.config.reward) if self.told_valid else score
 
     async def _judge(self, golds: list[str], fallback: float) -> float:
-        from asearcher_plugin.judge import JudgeUnavailable, judge
+        from asearcher_plugin.rewards.judge import JudgeUnavailable, judge
 
         try:
             if self.judge is not None:

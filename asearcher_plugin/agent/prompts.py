@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from functools import cache
 
-from ..template_check import TEMPLATE_FIELDS, default_template_path, read_template
+from ..utils.template_check import TEMPLATE_FIELDS, default_template_path, read_template
 
 ALLOWED_ACTIONS = {
     "search-r1": ("search", "answer"),

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from string import Formatter
 
 from ..engines.types import CompletionOutput, Logprob, RequestOutput
-from ..reward import normalize_answer
+from ..rewards.reward import normalize_answer
 from .actions import STOP_STRINGS
 from .prompts import ALLOWED_ACTIONS, template_for
 

@@ -13,8 +13,8 @@ import re
 from functools import cache
 from string import Formatter
 
-from ..template_check import TEMPLATE_FIELDS
-from ..text import scrub
+from ..utils.template_check import TEMPLATE_FIELDS
+from ..utils.text import scrub
 from .prompts import template_for
 
 _CHAT_OPEN = r"(?:<\|im_start\|>user\s*)?"

@@ -18,7 +18,7 @@ import time
 
 from ..engines.types import with_overrides
 from ..records import Trajectory
-from ..tool_registry import BadToolCall, ToolRegistry, resolve_extra
+from ..tools.registry import BadToolCall, ToolRegistry, resolve_extra
 from .actions import parse_action, scrub
 from .builtin_tools import builtin_tools
 from .chat_render import ChatRender

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from ..template_check import INVALID_SENTENCE
+from ..utils.template_check import INVALID_SENTENCE
 
 # AReaL/ASearcher/train/prompts.py (inclusionAI/ASearcher@813e804), VALID_PROMPT
 VALID_SENTENCE = "You should try to find the most likely answer. "

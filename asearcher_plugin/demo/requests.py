@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..config import AgentType
+from ..settings.config import AgentType
 
 MAX_QUESTION_CHARS = 4_000  # the longest benchmark questions (GAIA, BrowseComp) are well under this
 MAX_FIELD_CHARS = 2_000

@@ -16,11 +16,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..config import AgentConfig
+from ..agent.executor import AgentExecutor
 from ..engines.openai import EngineUnavailable
 from ..engines.types import SamplingParams
-from ..env import AgentExecutor
 from ..records import EvalRow
+from ..settings.config import AgentConfig
 from .endpoints import Endpoints
 from .models import ModelError, Models
 from .redact import redact

@@ -23,9 +23,9 @@ from fastapi import FastAPI, HTTPException, Request, WebSocket, WebSocketDisconn
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from ..config import AgentConfig
-from ..reward import AGREE_NOTE, METRIC_NOTES
-from ..template_check import TEMPLATE_FIELDS
+from ..rewards.reward import AGREE_NOTE, METRIC_NOTES
+from ..settings.config import AgentConfig
+from ..utils.template_check import TEMPLATE_FIELDS
 from .endpoints import Endpoints
 from .guard import SUBPROTOCOL, Access, Guard, is_loopback
 from .models import Models, choices

@@ -13,7 +13,7 @@ import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from ..config import AgentConfig
+from ..settings.config import AgentConfig
 
 CARD_VERSION = 1
 ABSENT = "absent"
@@ -77,8 +77,8 @@ def observation_sha256(config: AgentConfig) -> str:
     """sha256 of how tool output is shown: a fixed search result and page rendered by the format in use, with its
     settings and the code that cuts pages, so a change to any of them changes the hash."""
     from ..agent import observations
+    from ..agent.instance import AgentInstance
     from ..agent.prompts import format_docs, information, invalid_feedback
-    from ..env import AgentInstance
 
     tools = config.tools
     docs = [
@@ -141,7 +141,7 @@ def kb_card(config: AgentConfig, timeout: float = 10.0) -> dict:
 
 
 def judge_card(config: AgentConfig) -> dict:
-    from ..judge import settings
+    from ..rewards.judge import settings
 
     cfg = config.reward.judge
     s = settings(cfg)

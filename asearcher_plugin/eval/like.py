@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..agent.reference_policy import NAME as REFERENCE
-from ..config import AgentConfig, validation_problems
+from ..settings.config import AgentConfig, validation_problems
 from .card import differences
 
 # Fields that differ between two runs of the same settings: where the KB listens, not what it holds.

@@ -12,7 +12,7 @@ import re
 
 from ..agent.text_turns import turn_spans
 from ..records import EvalRow
-from ..reward import AGREE_NOTE, METRIC_NOTES
+from ..rewards.reward import AGREE_NOTE, METRIC_NOTES
 from .card import banner, card_rows
 
 HEADLINE = ("f1", "em", "cover_em", "substring", "judge")

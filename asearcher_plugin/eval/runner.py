@@ -18,12 +18,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..config import AgentConfig
+from ..agent.executor import AgentExecutor
 from ..engines.openai import EngineUnavailable
 from ..engines.types import SamplingParams
-from ..env import AgentExecutor
-from ..jsonl import drop_cut_tail
 from ..records import EvalRow
+from ..settings.config import AgentConfig
+from ..utils.jsonl import drop_cut_tail
 from .metrics import asearcher_aggregate, compute_metrics
 
 log = logging.getLogger(__name__)

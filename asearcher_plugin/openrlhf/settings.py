@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import SchedulerConfig
+from ..settings.config import SchedulerConfig
 
 
 class StreamingSettingsError(ValueError):

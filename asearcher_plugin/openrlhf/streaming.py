@@ -43,10 +43,10 @@ from openrlhf.trainer import ppo_trainer_async as async_trainer
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.utils.logging_utils import init_logger
 
-from ..config import SchedulerConfig
 from ..scheduler.breaker import OutageBreaker
 from ..scheduler.core import FatalRolloutError, Group, StreamingScheduler, stale_spans, token_versions
 from ..scheduler.errors import EndpointOutage
+from ..settings.config import SchedulerConfig
 from .contract import _STOCK, OpenRLHFContractError, check_contract, stock_generator_actor  # noqa: F401
 from .per_call import GROUP_KEY, TRAJECTORY_KEY, EveryRankSamples, PerCallPolicy, PerCallTrainer, mixed
 

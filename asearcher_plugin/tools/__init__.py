@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..config import ToolsConfig
 from .base import ToolBox, ToolError, ToolUnavailable
+from .config import ToolsConfig
 
 
 def make_toolbox(tools: ToolsConfig) -> ToolBox:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 
-from ..text import scrub
+from ..utils.text import scrub
 
 
 class ToolError(RuntimeError):

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ..config import ConfigError, McpServerConfig
-from ..tool_registry import Tool
+from ..utils.schema import ConfigError
 from .base import ToolError, ToolUnavailable
+from .config import McpServerConfig
+from .registry import Tool
 
 START_SECONDS = 60.0
 

@@ -19,7 +19,8 @@ import httpx
 
 from local_retriever.client import RetrievalError, checked_result
 
-from ..config import ConfigError, LocalToolsConfig
+from ..utils.schema import ConfigError
+from .config import LocalToolsConfig
 
 log = logging.getLogger(__name__)
 

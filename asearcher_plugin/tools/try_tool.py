@@ -15,8 +15,8 @@ def tool(
     deadline: float = typer.Option(60.0, help="seconds the call may take (tools.call_deadline)"),
 ):
     """Print the schema the model is shown for a tools.extra function; with --call, call it as the agent does."""
-    from asearcher_plugin.tool_registry import BadToolCall, ToolSpecError, resolve_extra
     from asearcher_plugin.tools.base import EXPECTED_FAILURES, failure_shown
+    from asearcher_plugin.tools.registry import BadToolCall, ToolSpecError, resolve_extra
 
     try:
         arguments = None if call is None else json.loads(call)

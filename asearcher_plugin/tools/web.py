@@ -27,8 +27,8 @@ from local_retriever.endpoints import (
     raise_if_retryable,
 )
 
-from ..disk_cache import DiskCache
-from ..text import scrub
+from ..utils.disk_cache import DiskCache
+from ..utils.text import scrub
 from .base import ToolBox, ToolError, ToolUnavailable
 from .ratelimit import HostRateLimiter
 from .url_guard import BlockedURL, PinnedBackend, Target, guard

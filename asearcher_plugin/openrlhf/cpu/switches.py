@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from functools import cache
 
-from asearcher_plugin.config import RUN_CONFIG_ENV, CpuHarnessConfig, load_run_config_env
+from asearcher_plugin.settings.config import RUN_CONFIG_ENV, CpuHarnessConfig, load_run_config_env
 
 
 @cache

@@ -20,7 +20,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .dotted import resolve_reference
+from ..utils.dotted import resolve_reference
 
 MAX_RESULT_CHARS = 20_000  # a tool's text as the model sees it; a tool of the user's may return anything
 

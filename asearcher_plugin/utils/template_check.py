@@ -57,7 +57,7 @@ TEMPLATE_FIELDS = {
 }
 
 
-PACKAGED_PROMPTS = Path(__file__).parent / "agent" / "templates"
+PACKAGED_PROMPTS = Path(__file__).parents[1] / "agent" / "templates"
 
 
 def default_template_path(agent_type: str) -> Path:

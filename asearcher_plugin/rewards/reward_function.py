@@ -14,7 +14,7 @@ import math
 import numbers
 from collections.abc import Callable
 
-from .dotted import resolve_reference
+from ..utils.dotted import resolve_reference
 
 ARGUMENTS = ("question", "answer", "label", "counters")
 

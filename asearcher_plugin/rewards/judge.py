@@ -30,10 +30,10 @@ import orjson
 
 from local_retriever.endpoints import BadReply, EndpointError, EndpointUnavailable, URLPool
 
-from .disk_cache import DiskCache
-from .template_check import TemplateError
-from .template_check import check_template as _check
-from .text import scrub
+from ..utils.disk_cache import DiskCache
+from ..utils.template_check import TemplateError
+from ..utils.template_check import check_template as _check
+from ..utils.text import scrub
 
 log = logging.getLogger(__name__)
 TEMPLATE_DIR = Path(__file__).with_name("judge_templates")

@@ -8,7 +8,7 @@ A cache only saves requests: when SQLite fails (another process holds the lock p
 timeout, a full disk, a corrupt row) a read is a miss and a write is skipped, with a warning.
 `aget` / `aset` run in a worker thread, because SQLite blocks, and in a rollout actor the event
 loop it would block is every trajectory's. Keys are made of text already scrubbed where it entered
-(`asearcher_plugin.text`); one that still holds a lone surrogate fails as any SQLite error does.
+(`asearcher_plugin.utils.text`); one that still holds a lone surrogate fails as any SQLite error does.
 """
 
 from __future__ import annotations

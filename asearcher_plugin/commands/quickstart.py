@@ -49,14 +49,14 @@ def _run(workdir, port, questions, k, base_url, model, tokenizer, console, keep_
     from local_retriever.sample import load_sample_questions, sample_dump_path
     from local_retriever.server_process import check_port_free, serve_command, start_server, wait_healthy
 
-    from .agent.reference_policy import NAME as REFERENCE
-    from .agent.reference_policy import ReferencePolicy
-    from .config import AgentConfig, SchedulerConfig
-    from .engines import make_engine
-    from .engines.tiny_model import is_random_tiny_model, make_tiny_model
-    from .eval.datasets import load_dataset
-    from .eval.runner import run_eval
-    from .recipe import load_recipe
+    from ..agent.reference_policy import NAME as REFERENCE
+    from ..agent.reference_policy import ReferencePolicy
+    from ..engines import make_engine
+    from ..engines.tiny_model import is_random_tiny_model, make_tiny_model
+    from ..eval.datasets import load_dataset
+    from ..eval.runner import run_eval
+    from ..recipe import load_recipe
+    from ..settings.config import AgentConfig, SchedulerConfig
     from .rollout import rollout
 
     workdir.mkdir(parents=True, exist_ok=True)

@@ -97,10 +97,10 @@ def eval_cmd(
     import asyncio
     from pathlib import Path
 
-    from asearcher_plugin.config import ConfigError, load_config, override_agent_config
     from asearcher_plugin.eval.datasets import DatasetError, asearcher_layout, load_datasets, plan_datasets
     from asearcher_plugin.eval.like import LikeError, load_like, unmatched
     from asearcher_plugin.eval.runner import ResumeRefused, run_eval
+    from asearcher_plugin.settings.config import ConfigError, load_config, override_agent_config
 
     def given(name: str) -> bool:  # by name: typer may carry its own copy of click's enum
         return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .config import AgentConfig, SchedulerConfig
-from .eval.datasets import text_problem
-from .records import token_sequences
-from .scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
+from ..eval.datasets import text_problem
+from ..records import token_sequences
+from ..scheduler.core import FatalRolloutError, StreamingScheduler, token_versions
+from ..settings.config import AgentConfig, SchedulerConfig
 
 
 class RolloutFlags(BaseModel):
@@ -55,8 +55,8 @@ def _actor_class():
     @ray.remote(num_cpus=0)
     class CPURolloutActor:
         def __init__(self, model_path: str, agent_config: AgentConfig | dict, seed: int):
-            from .engines.hf import HFEngine
-            from .env import AgentExecutor
+            from ..agent.executor import AgentExecutor
+            from ..engines.hf import HFEngine
 
             self.engine = HFEngine(model_path, seed=seed)
             self.executor = AgentExecutor(AgentConfig.model_validate(agent_config))
@@ -137,7 +137,7 @@ async def rollout(
     """The recipe's scheduler settings; no trainer sits between batches, so versions advance once per batch."""
     import ray
 
-    from .engines.types import SamplingParams
+    from ..engines.types import SamplingParams
 
     actors = [_actor_class().remote(model_path, agent_config, seed=i) for i in range(engines)]
     params = SamplingParams(temperature=temperature, max_tokens=None, logprobs=1)

@@ -46,7 +46,7 @@ def make_local_inputs(model: str | Path | None, prompts: str | Path | None) -> N
     """Makes the tiny model and the sample prompts when those are the paths a recipe names (`asearcher train
     cpu_tiny` in a fresh checkout); any other path, a hub name or a file on shared storage, is left to the trainer."""
     if model is not None and Path(model) == TINY_MODEL:
-        from .engines.tiny_model import ensure_tiny_model
+        from ..engines.tiny_model import ensure_tiny_model
 
         ensure_tiny_model(TINY_MODEL)
     if prompts is not None and Path(prompts) == SAMPLE_PROMPTS and not SAMPLE_PROMPTS.exists():

@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from local_retriever.endpoints import EndpointConfig
 
+from ..tools.config import ToolsConfig
+from ..utils.schema import ConfigError, Strict, validation_problems
 from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
 CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
@@ -23,93 +25,6 @@ CONFIG_ENV = "ASEARCHER_CONFIG"  # a YAML file's path
 # runtime env, so every rollout actor on every node reads the same config, with no file to copy.
 RUN_CONFIG_ENV = "ASEARCHER_RUN_CONFIG"
 AgentType = Literal["search-r1", "asearcher", "asearcher-reasoning", "tool-calls"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LocalToolsConfig(_Strict):
-    urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:5005"], description="knowledge-base servers")
-    timeout: float = Field(30.0, gt=0)
-    retries: int = Field(3, ge=0)
-    check_on_start: bool = Field(
-        True,
-        description="when OpenRLHF builds the agent in a rollout engine, fail unless "
-        "one of the urls answers a /retrieve request from that node (any Search-R1-compatible server)",
-    )
-
-
-class WebToolsConfig(_Strict):
-    serper_api_key_env: str = "SERPER_API_KEY"
-    jina_api_key_env: str = "JINA_API_KEY"
-    serper_url: str = "https://google.serper.dev/search"
-    jina_url: str = "https://r.jina.ai/"
-    timeout: float = Field(30.0, gt=0, description="seconds per connect or read")
-    fetch_deadline: float = Field(
-        60.0, gt=0, description="seconds one search or page access may take in all, redirects and retries included"
-    )
-    retries: int = Field(3, ge=0)
-    per_host_rps: float = Field(5.0, gt=0, description="requests per second to any one host")
-    cache_dir: str | None = Field(None, description="on-disk cache shared by all rollouts on a machine")
-    max_page_bytes: int = Field(5_000_000, gt=0)
-    allow_private_hosts: list[str] = Field(default_factory=list, description="hosts exempt from the URL guard")
-
-
-class McpServerConfig(_Strict):
-    """One MCP server: a command to start over stdio, or the URL of a streamable-HTTP server."""
-
-    command: list[str] | None = Field(None, description="argv of a stdio server, e.g. [python, -m, my_server]")
-    env: dict[str, str] | None = Field(None, description="environment of the stdio server (default: inherited)")
-    url: str | None = Field(None, description="a streamable-HTTP MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    prefix: str = Field("", description="put before each of the server's tool names (two servers, one name)")
-
-    @model_validator(mode="after")
-    def _one_transport(self) -> McpServerConfig:
-        if (self.url is None) == (not self.command):
-            raise ValueError("an MCP server needs exactly one of `command` (a non-empty argv) or `url`")
-        return self
-
-
-class ToolsConfig(_Strict):
-    backend: Literal["local", "web"] = "local"
-    topk: int = Field(3, ge=1, le=50)
-    max_doc_chars: int = Field(1500, ge=50, description="characters of each search result shown")
-    page_chunk_chars: int = Field(5000, ge=200, description="an accessed page is read in chunks of this size")
-    max_page_chunks: int = Field(10, ge=1)
-    observation_format: Literal["native", "asearcher"] = Field(
-        "native",
-        description="native: results and page parts as above; asearcher: ASearcher's exact blocks (5,000 "
-        "characters per document, a page read whole in 25,000-character chunks, one per call, each summarised by the "
-        "model in <think>); max_doc_chars, page_chunk_chars and max_page_chunks then do not apply",
-    )
-    local: LocalToolsConfig = Field(default_factory=LocalToolsConfig)
-    web: WebToolsConfig = Field(default_factory=WebToolsConfig)
-    builtin: list[Literal["search", "access"]] = Field(
-        default_factory=lambda: ["search", "access"],
-        description="agent_type tool-calls: the built-in tools offered to the model (the KB or web backend's)",
-    )
-    extra: list[str] = Field(
-        default_factory=list,
-        description="agent_type tool-calls: tools of your own, 'module:callable' each; a function with type hints "
-        "(or a `json_schema` attribute) and a docstring as its description, sync or async",
-    )
-    mcp: list[McpServerConfig] = Field(
-        default_factory=list,
-        description="agent_type tool-calls: MCP servers whose tools are offered to the model (needs the [mcp] extra)",
-    )
-    call_deadline: float = Field(60.0, gt=0, description="seconds one tool call of agent_type tool-calls may take")
-
-    @field_validator("extra")
-    @classmethod
-    def _extra_tools_resolve(cls, specs: list[str]) -> list[str]:
-        if specs:
-            from .tool_registry import resolve_extra
-
-            names = [resolve_extra(spec).name for spec in specs]  # ToolSpecError is a ValueError: reported here
-            if len(set(names)) < len(names):
-                raise ValueError(f"two extra tools have the same name: {names}")
-        return specs
 
 
 class JudgeConfig(EndpointConfig):
@@ -132,7 +47,7 @@ class JudgeConfig(EndpointConfig):
     prompt_template: str | None = Field(
         None,
         description="str.format template file with {question}, {golds} or {gt_answer}, {prediction} or "
-        "{pred_answer}; default: the format's template in asearcher_plugin/judge_templates/",
+        "{pred_answer}; default: the format's template in asearcher_plugin/rewards/judge_templates/",
     )
     # Unset: the verdict format's default (verdict / asearcher).
     temperature: float | None = Field(None, ge=0, description="default 0.0 / 0.6")
@@ -149,7 +64,7 @@ class JudgeConfig(EndpointConfig):
     @classmethod
     def _template_fields(cls, path: str | None) -> str | None:
         if path:
-            from .judge import load_template
+            from ..rewards.judge import load_template
 
             load_template(path)
         return path
@@ -158,7 +73,7 @@ class JudgeConfig(EndpointConfig):
 ASEARCHER_INVALID_WORDS = ["question", "invalid", "appropriate", "valid"]
 
 
-class RewardConfig(_Strict):
+class RewardConfig(Strict):
     metric: Literal["f1", "em", "asearcher_f1", "cover_em", "substring", "judge"] = "f1"
     format_factor: bool = Field(True, description="multiply the score by 1 if every action was valid, else 0")
     cjk_char_f1: bool = Field(
@@ -205,13 +120,13 @@ class RewardConfig(_Strict):
     @classmethod
     def _function_resolves(cls, spec: str | None) -> str | None:
         if spec is not None:
-            from .reward_function import resolve
+            from ..rewards.reward_function import resolve
 
             resolve(spec)  # RewardFunctionError is a ValueError: reported with the field
         return spec
 
 
-class AgentConfig(_Strict):
+class AgentConfig(Strict):
     agent_type: AgentType = "search-r1"
     max_turns: int = Field(10, ge=1, le=1024)
     max_new_tokens_per_turn: int = Field(512, ge=1, description="cap on one turn; the total budget is --data.max_len")
@@ -247,7 +162,7 @@ class AgentConfig(_Strict):
         """Read and checked at load: an unknown field would otherwise fail in the middle of a rollout."""
         if path is None or "agent_type" not in info.data:
             return path
-        from asearcher_plugin.template_check import packaged_prompt, read_template
+        from asearcher_plugin.utils.template_check import packaged_prompt, read_template
 
         if not packaged_prompt(path):  # a packaged one keeps its name: each node reads its own install's copy
             path = str(Path(path).expanduser().resolve())  # the same file whatever directory a worker runs in
@@ -284,7 +199,7 @@ class AgentConfig(_Strict):
                 "every call, so it takes 1 (every question told to find the most likely answer)"
             )
         if self.reward.valid_inst_ratio < 1 and self.wrap_prompt:
-            from asearcher_plugin.template_check import INVALID_SENTENCE, default_template_path, read_template
+            from asearcher_plugin.utils.template_check import INVALID_SENTENCE, default_template_path, read_template
 
             template = self.prompt_template or default_template_path(self.agent_type)
             if INVALID_SENTENCE not in read_template(template, self.agent_type):
@@ -296,7 +211,7 @@ class AgentConfig(_Strict):
         return self
 
 
-class SchedulerConfig(_Strict):
+class SchedulerConfig(Strict):
     """The streaming scheduler inside OpenRLHF's async trainer (a recipe's `scheduler:` section)."""
 
     enable: bool = Field(
@@ -346,7 +261,7 @@ class SchedulerConfig(_Strict):
     )
 
 
-class CpuHarnessConfig(_Strict):
+class CpuHarnessConfig(Strict):
     """Switches of the CPU harness (`asearcher train --cpu`) for its tests and benchmarks; nothing reads them
     elsewhere. They travel in the run config, which every actor of the run receives."""
 
@@ -367,21 +282,12 @@ class CpuHarnessConfig(_Strict):
     )
 
 
-class RunConfig(_Strict):
+class RunConfig(Strict):
     """What travels with a training run besides OpenRLHF's flags."""
 
     agent: AgentConfig = Field(default_factory=AgentConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     cpu_harness: CpuHarnessConfig = Field(default_factory=CpuHarnessConfig)
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def validation_problems(exc: ValidationError) -> str:
-    """Pydantic's errors as `field.path: message; ...`."""
-    return "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 def load_config(path: str | os.PathLike | None = None) -> AgentConfig:
