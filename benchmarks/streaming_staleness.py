@@ -56,6 +56,8 @@ RUN_NEUTRAL = {
     "requests, which it never refuses; an accepted request takes the same path as before",
     "121cf8d": "OpenRLHF's train_ppo_ray run from openrlhf/commands.py by the same runpy call with the same argv "
     "(sys.argv restored after it returns); the rest is the SFT command, which a training run never imports",
+    "9294357": "modules moved into folders (settings/, rewards/, utils/, commands/, tools/registry.py) with their "
+    "imports rewritten, the tools' settings split into tools/config.py: the same code under new names",
 }
 PORT = 5125
 # the published table's rows: both workloads at three bounds, and one longer run at 32 turns
