@@ -81,6 +81,8 @@ def _code(paths: tuple[str, ...], neutral: tuple[str, ...] = ()) -> str:
     for commit in neutral:
         if not _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
             raise SystemExit(f"run key: the neutral commit {commit} is not in this repository")
+    # newest first: a file two neutral commits changed goes back through the later one to before the earlier
+    for commit in sorted(neutral, key=lambda c: int(_git("rev-list", "--count", c)), reverse=True):
         diff = _git("diff-tree", "-r", "--no-commit-id", f"{commit}^", commit, "--", *included)
         for line in diff.splitlines():  # ":old_mode new_mode old_blob new_blob status\tpath"
             meta, path = line.split("\t", 1)

@@ -171,3 +171,40 @@ def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tm
     git("commit", "-qm", "the old path back")
     assert code(neutral, moved) != before_move
     run_key._code.cache_clear()
+
+
+def test_two_neutral_commits_on_one_file_take_it_back_to_before_both(tmp_path, monkeypatch):
+    import subprocess
+
+    from benchmarks import run_key
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "launch.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    monkeypatch.setattr(run_key, "ROOT", tmp_path)
+
+    def code(*neutral: str) -> str:
+        run_key._code.cache_clear()
+        return run_key.code_key({}, ("pkg",), neutral)["code"]
+
+    before = code()
+    commits = []
+    for text in ("x = 1  # moved\n", "x = 1  # moved again\n"):
+        (tmp_path / "pkg" / "launch.py").write_text(text)
+        git("commit", "-qam", "neutral")
+        commits.append(git("rev-parse", "HEAD"))
+    assert code(*commits) == before  # declared oldest first, as the list is written
+    assert code(*reversed(commits)) == before
+    assert code(commits[1]) != before  # only the later one: the earlier change counts
+    run_key._code.cache_clear()
