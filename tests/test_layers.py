@@ -100,7 +100,7 @@ def test_the_old_names_of_moved_modules_still_import():
     # users' recipes name them (`reward.function: asearcher_plugin.reward:...`), and agent files written before the
     # move import `asearcher_plugin.config`; each old name is the moved module itself, with a deprecation warning
     old_agent_file = (
-        "from asearcher_plugin.config import RunConfig\n"
+        "from asearcher_plugin.config import LocalToolsConfig, McpServerConfig, RunConfig, WebToolsConfig\n"
         "from asearcher_plugin.env import AgentExecutor\n"
         "import asearcher_plugin.settings.config as new\n"
         "import asearcher_plugin.config as old\n"

@@ -16,7 +16,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from local_retriever.endpoints import EndpointConfig
 
-from ..tools.config import ToolsConfig
+# the tools' schemas lived here: their names stay importable from here (and from the old asearcher_plugin.config)
+from ..tools.config import LocalToolsConfig, McpServerConfig, ToolsConfig, WebToolsConfig  # noqa: F401
 from ..utils.schema import ConfigError, Strict, validation_problems
 from .yamlio import null_sections, parse_assignment, read_yaml_mapping, set_dotted
 
