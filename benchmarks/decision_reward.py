@@ -5,7 +5,11 @@ the word loses 0.05 more when the page is opened anyway."""
 
 from __future__ import annotations
 
+import re
+
 from asearcher_plugin.rewards.reward import f1_score, format_factor, parse_gold
+
+_READ = re.compile(r"^Word after (\w+)\?$")
 
 TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the search a question needs
 
@@ -13,5 +17,15 @@ TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the searc
 def score(question: str, answer: str | None, label, counters: dict) -> float:
     if answer is None:
         return 0.0
+    answer = stated_word(question, answer)
     right = f1_score(answer, parse_gold(label)) * format_factor(int(counters["invalid_actions"]), True)
     return right - TOOL_COST * (counters["searches"] + counters["accesses"])
+
+
+def stated_word(question: str, answer: str) -> str:
+    """`Word after WORD?` may be answered as a phrase, "WORD next": its rest is the answer (WORD alone is not)."""
+    m = _READ.match(question.strip())
+    words = answer.split()
+    if m and len(words) > 1 and words[0].strip(",.;:").lower() == m.group(1).lower():
+        return " ".join(words[1:])
+    return answer

@@ -50,10 +50,17 @@ class DecisionTeacher(ReferencePolicy):
 
     name = "decision teacher (scripted)"
 
-    def __init__(self, tokenizer, agent_type: str = "asearcher", mistakes: float = MISTAKES, seed: int = 0, **kw):
+    def __init__(self, tokenizer, agent_type: str = "asearcher", mistakes: float = MISTAKES, seed: int = 0,
+                 read_phrase: bool = False, **kw):  # fmt: skip
         if agent_type != "asearcher":
             raise ValueError("the decision teacher reads pages: agent_type asearcher")
         super().__init__(tokenizer, agent_type, wrong_rate=mistakes, seed=seed, **kw)
+        # `Word after WORD?` answered "WORD next": once the model has written WORD, the next word is what followed
+        # WORD in the result or page, the induction a copying model does (decision_reward scores the phrase's rest)
+        self.read_phrase = read_phrase
+
+    def _read_answer(self, word: str, after: str) -> str:
+        return f"{word} {after}" if self.read_phrase else after
 
     def describe(self) -> dict:
         return {**super().describe(), "engine": self.name, "mistakes": self.wrong_rate}
@@ -74,7 +81,8 @@ class DecisionTeacher(ReferencePolicy):
             if not searches:
                 return f"{opening}I will search for the word.</think>\n<search> {question} </search>"
             if len(blocks) > 1 and (read := after.search(blocks[-1])):
-                return f"{opening}The page shows the word after it.</think>\n<answer> {read.group(1)} </answer>"
+                answer = self._read_answer(words[0], read.group(1))
+                return f"{opening}The page shows the word after it.</think>\n<answer> {answer} </answer>"
             shown = after.search(blocks[0]) if blocks else None
             titles = _RESULT.findall(blocks[0]) if blocks else []
             open_page = not shown if not mistaken else bool(shown)  # a mistake: the other choice
@@ -82,9 +90,11 @@ class DecisionTeacher(ReferencePolicy):
                 note = "The result does not show the word after it" if not shown else "I will check the page"
                 return f"{opening}{note}; I will read the page.</think>\n<access> {titles[0][0]} </access>"
             if shown:
-                return f"{opening}The result shows the word after it.</think>\n<answer> {shown.group(1)} </answer>"
+                answer = self._read_answer(words[0], shown.group(1))
+                return f"{opening}The result shows the word after it.</think>\n<answer> {answer} </answer>"
             guess = next(iter(re.findall(r"\b[A-Z][a-z]{3,}\b", blocks[0] if blocks else "")), "unknown")
-            return f"{opening}I guess without reading the page.</think>\n<answer> {guess} </answer>"
+            answer = self._read_answer(words[0], guess)
+            return f"{opening}I guess without reading the page.</think>\n<answer> {answer} </answer>"
         if kind == "both":
             if searches < (1 if mistaken else 2):
                 return f"{opening}I will search for {words[searches]}.</think>\n<search> {words[searches]} </search>"
@@ -105,6 +115,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--mistakes", type=float, default=MISTAKES)
     ap.add_argument("--max-length", type=int, default=2048)
+    ap.add_argument("--read-phrase", action="store_true", help="answer `Word after WORD?` with 'WORD next'")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -115,7 +126,13 @@ def main() -> None:
     config = override_agent_config(load_config(args.agent_config), [f"agent.tools.local.urls=[{args.kb_url}]"])
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     items = load_dataset(str(args.dataset))
-    teacher = DecisionTeacher(tokenizer, config.agent_type, args.mistakes, prompt_template=config.prompt_template)
+    teacher = DecisionTeacher(
+        tokenizer,
+        config.agent_type,
+        args.mistakes,
+        read_phrase=args.read_phrase,
+        prompt_template=config.prompt_template,
+    )
     asyncio.run(run_eval(items, config, teacher, tokenizer, args.out, k=args.k, max_length=args.max_length))
     print(json.dumps(json.loads((args.out / "metrics.json").read_text())["datasets"]["overall"]["f1"]))
 
