@@ -111,6 +111,11 @@ def test_none_questions_hold_their_answer_and_searching_costs(task):
     assert score("Word after Grammy?", "Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
     assert score("Echo Royalists?", "Royalists", ["Royalists"], {**counters, "invalid_actions": 1}) == 0.0
     assert score("Echo Royalists?", None, ["Royalists"], counters) == 0.0
+    # a `read` answer stated as a phrase, "WORD next" (the teacher's --read-phrase): its rest is scored; WORD alone,
+    # the question's own word, earns nothing
+    assert score("Word after Grammy?", "Grammy Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
+    assert score("Word after Grammy?", "Grammy", ["Awards"], searched_and_read) == pytest.approx(-0.1)
+    assert score("Echo Royalists?", "Royalists Royalists", ["Royalists"], counters) == pytest.approx(2 / 3)
 
 
 @pytest.fixture(scope="module")
