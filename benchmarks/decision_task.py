@@ -140,7 +140,11 @@ def checked_on_the_kb(kb_dir: Path, read: list[dict], both: list[dict]) -> tuple
     return read, kept
 
 
-def make_questions(kb_dir: Path, tokenizer, doc_chars: int = DOC_CHARS, page_chars: int = PAGE_CHARS) -> list[dict]:
+def make_questions(
+    kb_dir: Path, tokenizer, doc_chars: int = DOC_CHARS, page_chars: int = PAGE_CHARS, scale: int = 1
+) -> list[dict]:
+    """`scale`: the per-article caps multiplied (more questions of each article, the same kinds and checks)."""
+    per_article = {kind: n * scale for kind, n in PER_ARTICLE.items()}
     rows = passages(kb_dir)
     df = Counter(w for r in rows for w in {w.lower() for w in WORD.findall(r["contents"])})
     short = short_words(rows, tokenizer)
@@ -148,14 +152,14 @@ def make_questions(kb_dir: Path, tokenizer, doc_chars: int = DOC_CHARS, page_cha
         pages = dict(con.execute("select title, contents from pages"))
     read = read_candidates(rows, df, short, pages, doc_chars, page_chars)
     # as many questions that need the page as that do not, per article
-    read = cap([r for r in read if r["needs_page"]], PER_ARTICLE["read"] // 2) + cap(
-        [r for r in read if not r["needs_page"]], PER_ARTICLE["read"] // 2
+    read = cap([r for r in read if r["needs_page"]], per_article["read"] // 2) + cap(
+        [r for r in read if not r["needs_page"]], per_article["read"] // 2
     )
     # BM25 checks are the slow part: a few candidates per article are enough
-    both = cap(both_candidates(rows, short), 4 * PER_ARTICLE["both"])
+    both = cap(both_candidates(rows, short), 4 * per_article["both"])
     read, both = checked_on_the_kb(kb_dir, read, both)
-    none = cap(none_candidates(rows, df, short), PER_ARTICLE["none"])
-    return [*read, *cap(both, PER_ARTICLE["both"]), *none]
+    none = cap(none_candidates(rows, df, short), per_article["none"])
+    return [*read, *cap(both, per_article["both"]), *none]
 
 
 def main() -> None:
@@ -167,11 +171,19 @@ def main() -> None:
     ap.add_argument("--page-chars", type=int, default=PAGE_CHARS, help="characters the first page read shows")
     ap.add_argument("--heldout", type=float, default=0.25)
     ap.add_argument("--rl-share", type=float, default=0.4)
+    ap.add_argument(
+        "--warm-scale", type=int, default=1, help="the warm start's side (train.jsonl) with this many times the "
+        "questions per article; the RL and held-out sides as at 1"
+    )  # fmt: skip
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
-    rows = make_questions(args.kb_dir, AutoTokenizer.from_pretrained(args.tokenizer), args.doc_chars, args.page_chars)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    rows = make_questions(args.kb_dir, tokenizer, args.doc_chars, args.page_chars)
     sides = learning_sides(rows, args.heldout, args.rl_share)
+    if args.warm_scale > 1:  # the sides are by article (a hash of its title): the same articles, more questions
+        more = make_questions(args.kb_dir, tokenizer, args.doc_chars, args.page_chars, args.warm_scale)
+        sides["train"] = learning_sides(more, args.heldout, args.rl_share)["train"]
     write_sides(args.out_dir, sides)
     counts = {
         name: dict(Counter(r["kind"] + ("+page" if r.get("needs_page") else "") for r in side))
