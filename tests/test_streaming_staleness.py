@@ -3,6 +3,8 @@ chain's, measured by benchmarks/trained_staleness.py (tests/test_trained_stalene
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from benchmarks.streaming_staleness import openrlhf_candidates, rows
 
 
@@ -83,39 +85,9 @@ def test_runs_saved_with_the_table_come_back_into_an_empty_folder_and_only_under
     assert kept_result(back, {**key, "args": {"prompts": 12}}) is None  # other arguments: run again
 
 
-def test_the_code_key_ignores_only_the_paths_left_out(tmp_path, monkeypatch):
-    import subprocess
-
-    from benchmarks import run_key
-
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
-
-    (tmp_path / "pkg").mkdir()
-    for name in ("run.py", "web.py"):
-        (tmp_path / "pkg" / name).write_text("x = 1\n")
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-qm", "one")
-    monkeypatch.setattr(run_key, "ROOT", tmp_path)
-
-    def code() -> str:
-        run_key._code.cache_clear()
-        return run_key.code_key({}, ("pkg", "!pkg/web.py"))["code"]
-
-    first = code()
-    (tmp_path / "pkg" / "web.py").write_text("x = 2\n")
-    assert code() == first  # uncommitted, but left out
-    git("commit", "-qam", "web")
-    assert code() == first
-    (tmp_path / "pkg" / "run.py").write_text("x = 2\n")
-    assert code().startswith("uncommitted")
-    git("commit", "-qam", "run")
-    assert code() not in (first, "") and not code().startswith("uncommitted")
-    run_key._code.cache_clear()
-
-
-def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tmp_path, monkeypatch):
+def throwaway_repo(tmp_path: Path, monkeypatch, files: dict[str, str]):
+    """A git repository at `tmp_path` holding `files` under pkg/, committed once, made run_key's ROOT; returns
+    git(*args) -> its output."""
     import subprocess
 
     from benchmarks import run_key
@@ -130,16 +102,50 @@ def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tm
         ).stdout.strip()
 
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "server.py").write_text("x = 1\n")
-    (tmp_path / "pkg" / "run.py").write_text("y = 1\n")
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).write_text(text)
     git("init", "-q")
     git("add", ".")
     git("commit", "-qm", "one")
     monkeypatch.setattr(run_key, "ROOT", tmp_path)
+    return git
+
+
+def code_key_of(paths: tuple[str, ...], *neutral: str) -> str:
+    """run_key's code key of `paths` as a new invocation computes it (its per-process cache cleared)."""
+    from benchmarks import run_key
+
+    run_key._code.cache_clear()
+    return run_key.code_key({}, paths, neutral)["code"]
+
+
+def test_the_code_key_ignores_only_the_paths_left_out(tmp_path, monkeypatch):
+    from benchmarks import run_key
+
+    git = throwaway_repo(tmp_path, monkeypatch, {"run.py": "x = 1\n", "web.py": "x = 1\n"})
+
+    def code() -> str:
+        return code_key_of(("pkg", "!pkg/web.py"))
+
+    first = code()
+    (tmp_path / "pkg" / "web.py").write_text("x = 2\n")
+    assert code() == first  # uncommitted, but left out
+    git("commit", "-qam", "web")
+    assert code() == first
+    (tmp_path / "pkg" / "run.py").write_text("x = 2\n")
+    assert code().startswith("uncommitted")
+    git("commit", "-qam", "run")
+    assert code() not in (first, "") and not code().startswith("uncommitted")
+    run_key._code.cache_clear()
+
+
+def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tmp_path, monkeypatch):
+    from benchmarks import run_key
+
+    git = throwaway_repo(tmp_path, monkeypatch, {"server.py": "x = 1\n", "run.py": "y = 1\n"})
 
     def code(*neutral: str) -> str:
-        run_key._code.cache_clear()
-        return run_key.code_key({}, ("pkg",), neutral)["code"]
+        return code_key_of(("pkg",), *neutral)
 
     before = code()
     (tmp_path / "pkg" / "server.py").write_text("x = 1  # a path the runs never take\n")
@@ -174,29 +180,12 @@ def test_a_commit_declared_neutral_keeps_the_key_until_its_files_change_again(tm
 
 
 def test_two_neutral_commits_on_one_file_take_it_back_to_before_both(tmp_path, monkeypatch):
-    import subprocess
-
     from benchmarks import run_key
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "launch.py").write_text("x = 1\n")
-    git("init", "-q")
-    git("add", ".")
-    git("commit", "-qm", "one")
-    monkeypatch.setattr(run_key, "ROOT", tmp_path)
+    git = throwaway_repo(tmp_path, monkeypatch, {"launch.py": "x = 1\n"})
 
     def code(*neutral: str) -> str:
-        run_key._code.cache_clear()
-        return run_key.code_key({}, ("pkg",), neutral)["code"]
+        return code_key_of(("pkg",), *neutral)
 
     before = code()
     commits = []
