@@ -9,7 +9,7 @@ import re
 
 from asearcher_plugin.rewards.reward import f1_score, format_factor, parse_gold
 
-_READ = re.compile(r"^Word after (\w+)\?$")
+READ_QUESTION = re.compile(r"^Word after (\w+)\?$")  # decision_task.py's `read` question
 
 TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the search a question needs
 
@@ -24,7 +24,7 @@ def score(question: str, answer: str | None, label, counters: dict) -> float:
 
 def stated_word(question: str, answer: str) -> str:
     """`Word after WORD?` may be answered as a phrase, "WORD next": its rest is the answer (WORD alone is not)."""
-    m = _READ.match(question.strip())
+    m = READ_QUESTION.match(question.strip())
     words = answer.split()
     if m and len(words) > 1 and words[0].strip(",.;:").lower() == m.group(1).lower():
         return " ".join(words[1:])

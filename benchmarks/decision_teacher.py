@@ -28,12 +28,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asearcher_plugin.agent.reference_policy import _INFO, ReferencePolicy, _count, _think_open  # noqa: E402
+from benchmarks.decision_reward import READ_QUESTION  # noqa: E402
 
 MISTAKES = 0.25
 _RESULT = re.compile(r"Doc \d+\(Title: ([^\n]*?)\) \[([^\]\n]*)\]")
 _ASKED = {
     "none": re.compile(r"^Echo (\w+)\?$"),
-    "read": re.compile(r"^Word after (\w+)\?$"),
+    "read": READ_QUESTION,
     "both": re.compile(r"^Article with (\w+) and (\w+)\?$"),
 }
 
