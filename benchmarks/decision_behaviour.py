@@ -4,8 +4,9 @@ From an `asearcher eval` folder's `trajectories.jsonl` and the task's rows (`dec
 and for `read` rows `needs_page`), per kind (`all`, `read`, `both`, `none`): held-out F1, searches and page reads
 per trajectory, valid actions (1 - invalid actions / turns), and the decisions each kind tests: on `read`, the share
 of trajectories that opened a page among questions that need one and among those that do not; on `both`, the share
-that searched at least twice. Per-question F1 (the mean over its seeds) with its article goes with it, for the
-interval resampled by article (`paired_stats.clustered_interval`).
+that searched at least twice. A `read` answer stated as a phrase, "WORD next", is scored on its rest, as the
+task's reward scores it (`decision_reward.stated_word`). Per-question F1 (the mean over its seeds) with its article
+goes with it, for the interval resampled by article (`paired_stats.clustered_interval`).
 
 Only scored rows count (`status` ok): a trajectory the infrastructure failed says nothing about the policy.
 """
@@ -15,6 +16,9 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+
+from asearcher_plugin.rewards.reward import f1_score, parse_gold
+from benchmarks.decision_reward import stated_word
 
 KINDS = ("all", "read", "both", "none")
 
@@ -36,6 +40,13 @@ def per_trajectory(logs: list[dict]) -> dict[str, float]:
     }
 
 
+def task_f1(row: dict, item: dict) -> float:
+    """The trajectory's F1 as the task scores it: a `read` answer's "WORD next" counts as its rest."""
+    if item["kind"] != "read" or not row.get("answer"):
+        return row["scores"]["f1"]
+    return f1_score(stated_word(item["question"], row["answer"]), parse_gold(item["golden_answers"]))
+
+
 def _share(flags: list[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
@@ -53,10 +64,10 @@ def summarise(rows: list[dict], items: dict[str, dict]) -> dict[str, dict]:
             continue
         per_question: dict[str, list[float]] = {}
         for r in mine:
-            per_question.setdefault(r["id"], []).append(r["scores"]["f1"])
+            per_question.setdefault(r["id"], []).append(task_f1(r, items[r["id"]]))
         row = {
             "trajectories": len(mine),
-            "f1": statistics.mean(r["scores"]["f1"] for r in mine),
+            "f1": statistics.mean(f for scores in per_question.values() for f in scores),
             **per_trajectory([r["logs"] for r in mine]),
             "questions": {q: (statistics.mean(f), items[q]["title"]) for q, f in per_question.items()},
         }

@@ -35,7 +35,11 @@ from benchmarks.search_task import KEY_TOKENS, cap, learning_sides, passages, qi
 WORD = re.compile(r"\b[A-Za-z]{6,}\b")  # a whole long word (search_task's KEY also matches inside "7Wonders")
 NEXT_WORD = re.compile(r"[ ,;:]{1,2}([A-Za-z]+)\b")  # the whole word right after, past a space or a comma
 DOC_CHARS = 200  # what a search result shows of a passage: recipes/cpu_warm_start.yaml's tools.max_doc_chars
-PAGE_CHARS = 1500  # the first chunk `access` shows (tools.page_chunk_chars): a page read fits the tiny model
+# the first chunk `access` shows (tools.page_chunk_chars): a page read fits the tiny model's 2,048 tokens; at 1,500 the
+# KB had 86 words past a result's 200 characters and inside the first chunk, at 2,500 (with READ_TOKENS) 425
+PAGE_CHARS = 2500
+# a `read` question's word may be 2-4 tokens: at KEY_TOKENS alone too few words need the page (86 in the KB)
+READ_TOKENS = (2, 3, 4)
 PER_ARTICLE = {"read": 6, "both": 3, "none": 2}  # questions per article and kind at most
 
 
@@ -43,28 +47,29 @@ def body_of(row: dict) -> str:
     return row["contents"].partition("\n")[2]
 
 
-def short_words(rows: list[dict], tokenizer) -> dict[str, bool]:
-    """Whether each long word of the KB is `KEY_TOKENS` tokens: every question's words are, so questions of a kind are
-    the same length and the copies a small model makes stay short."""
+def token_counts(rows: list[dict], tokenizer) -> dict[str, int]:
+    """Each long word of the KB's length in tokens: a `both` or `none` question's words are `KEY_TOKENS` long, so those
+    questions are the same length, and every copy a small model makes stays short."""
     words = {w for r in rows for w in WORD.findall(body_of(r))}
-    return {w: len(tokenizer.tokenize(" " + w)) == KEY_TOKENS for w in words}
+    return {w: len(tokenizer.tokenize(" " + w)) for w in words}
 
 
-def read_candidates(rows, df, short, pages, doc_chars, page_chars) -> list[dict]:
+def read_candidates(rows, df, tokens, pages, doc_chars, page_chars) -> list[dict]:
     out = []
     for row in rows:
         title, body = row["title"], body_of(row)
         for m in WORD.finditer(body):
             word = m.group(0)
-            if df[word.lower()] != 1 or word.lower() in title.lower() or not short[word]:
+            if df[word.lower()] != 1 or word.lower() in title.lower() or tokens[word] not in READ_TOKENS:
                 continue
             after = NEXT_WORD.match(body, m.end())
             if not after:
                 continue
             shown = after.end() <= doc_chars
             page = pages.get(title, "")
-            at = page.find(f"{word}{body[m.end() : after.end()]}")
-            if not shown and not 0 <= at <= page_chars - (after.end() - m.start()):
+            # a whole word on the page too: "chloric acid" inside "hydrochloric acid" is not the question's word
+            on_page = re.search(rf"\b{re.escape(body[m.start() : after.end()])}\b", page[:page_chars])
+            if not shown and not on_page:
                 continue  # past the page's first chunk: more than one page read, kept out of this task
             question = f"Word after {word}?"
             out.append(
@@ -74,13 +79,13 @@ def read_candidates(rows, df, short, pages, doc_chars, page_chars) -> list[dict]
     return out
 
 
-def both_candidates(rows, short) -> list[dict]:
+def both_candidates(rows, tokens) -> list[dict]:
     articles, hits = defaultdict(set), Counter()
     for row in rows:
         for w in {w for w in WORD.findall(body_of(row))}:
             articles[w].add(row["title"])
             hits[w] += 1
-    two = sorted(w for w, arts in articles.items() if len(arts) == 2 and hits[w] == 2 and short[w])
+    two = sorted(w for w, arts in articles.items() if len(arts) == 2 and hits[w] == 2 and tokens[w] == KEY_TOKENS)
     by_article = defaultdict(list)
     for w in two:
         for a in articles[w]:
@@ -99,11 +104,11 @@ def both_candidates(rows, short) -> list[dict]:
     return out
 
 
-def none_candidates(rows, df, short) -> list[dict]:
+def none_candidates(rows, df, tokens) -> list[dict]:
     out = []
     for row in rows:
         for word in WORD.findall(body_of(row)):
-            if df[word.lower()] == 1 and short[word]:
+            if df[word.lower()] == 1 and tokens[word] == KEY_TOKENS:
                 question = f"Echo {word}?"
                 out.append(
                     {"id": qid(question), "question": question, "golden_answers": [word], "kind": "none",
@@ -147,19 +152,37 @@ def make_questions(
     per_article = {kind: n * scale for kind, n in PER_ARTICLE.items()}
     rows = passages(kb_dir)
     df = Counter(w for r in rows for w in {w.lower() for w in WORD.findall(r["contents"])})
-    short = short_words(rows, tokenizer)
+    tokens = token_counts(rows, tokenizer)
     with sqlite3.connect(kb_dir / "pages.sqlite") as con:
         pages = dict(con.execute("select title, contents from pages"))
-    read = read_candidates(rows, df, short, pages, doc_chars, page_chars)
+    read = read_candidates(rows, df, tokens, pages, doc_chars, page_chars)
     # as many questions that need the page as that do not, per article
     read = cap([r for r in read if r["needs_page"]], per_article["read"] // 2) + cap(
         [r for r in read if not r["needs_page"]], per_article["read"] // 2
     )
     # BM25 checks are the slow part: a few candidates per article are enough
-    both = cap(both_candidates(rows, short), 4 * per_article["both"])
+    both = cap(both_candidates(rows, tokens), 4 * per_article["both"])
     read, both = checked_on_the_kb(kb_dir, read, both)
-    none = cap(none_candidates(rows, df, short), per_article["none"])
+    none = cap(none_candidates(rows, df, tokens), per_article["none"])
     return [*read, *cap(both, per_article["both"]), *none]
+
+
+def per_kind(rows: list[dict], n: int) -> list[dict]:
+    """At most `n` questions of each kind (`read` needing the page its own), taken round the articles in turn so that
+    a capped kind still spans all of them."""
+    out = []
+    for kind in dict.fromkeys(kind_of(r) for r in rows):
+        by_article = defaultdict(list)
+        for r in rows:
+            if kind_of(r) == kind:
+                by_article[r["title"]].append(r)
+        longest = max(map(len, by_article.values()))
+        out += [r for i in range(longest) for q in by_article.values() for r in q[i : i + 1]][:n]
+    return out
+
+
+def kind_of(row: dict) -> str:
+    return row["kind"] + ("+page" if row.get("needs_page") else "")
 
 
 def main() -> None:
@@ -175,6 +198,10 @@ def main() -> None:
         "--warm-scale", type=int, default=1, help="the warm start's side (train.jsonl) with this many times the "
         "questions per article; the RL and held-out sides as at 1"
     )  # fmt: skip
+    ap.add_argument(
+        "--warm-per-kind", type=int, default=0, help="the warm start's side with at most this many questions of each "
+        "kind (0: no cap): at --warm-scale 20 the kinds differ up to 10x"
+    )  # fmt: skip
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -184,11 +211,10 @@ def main() -> None:
     if args.warm_scale > 1:  # the sides are by article (a hash of its title): the same articles, more questions
         more = make_questions(args.kb_dir, tokenizer, args.doc_chars, args.page_chars, args.warm_scale)
         sides["train"] = learning_sides(more, args.heldout, args.rl_share)["train"]
+    if args.warm_per_kind:
+        sides["train"] = per_kind(sides["train"], args.warm_per_kind)
     write_sides(args.out_dir, sides)
-    counts = {
-        name: dict(Counter(r["kind"] + ("+page" if r.get("needs_page") else "") for r in side))
-        for name, side in sides.items()
-    }
+    counts = {name: dict(Counter(map(kind_of, side))) for name, side in sides.items()}
     print(json.dumps({"questions": counts, "articles": {n: len({r["title"] for r in s}) for n, s in sides.items()}}))
 
 

@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("--mistakes", type=float, default=MISTAKES)
     ap.add_argument("--max-length", type=int, default=2048)
     ap.add_argument("--read-phrase", action="store_true", help="answer `Word after WORD?` with 'WORD next'")
+    ap.add_argument("--set", action="append", default=[], help="an agent setting over the recipe's (KEY=VALUE)")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -124,7 +125,8 @@ def main() -> None:
     from asearcher_plugin.eval.runner import run_eval
     from asearcher_plugin.settings.config import load_config, override_agent_config
 
-    config = override_agent_config(load_config(args.agent_config), [f"agent.tools.local.urls=[{args.kb_url}]"])
+    sets = [*args.set, f"agent.tools.local.urls=[{args.kb_url}]"]
+    config = override_agent_config(load_config(args.agent_config), sets)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     items = load_dataset(str(args.dataset))
     teacher = DecisionTeacher(

@@ -11,14 +11,23 @@ from benchmarks.decision_behaviour import load, summarise
 ITEMS = {
     "r1": {"id": "r1", "kind": "read", "title": "Angola", "needs_page": True},
     "r2": {"id": "r2", "kind": "read", "title": "Angola", "needs_page": False},
+    "r3": {
+        "id": "r3",
+        "kind": "read",
+        "title": "Grammy",
+        "needs_page": False,
+        "question": "Word after Grammy?",
+        "golden_answers": ["Awards"],
+    },
     "b1": {"id": "b1", "kind": "both", "title": "Actrius"},
     "n1": {"id": "n1", "kind": "none", "title": "Algeria"},
 }
 
 
-def row(qid: str, seed: int, f1: float, searches: int, accesses: int, turns: int, invalid: int = 0, status="ok"):
+def row(qid: str, seed: int, f1: float, searches: int, accesses: int, turns: int, invalid: int = 0, status="ok",
+        answer=None):  # fmt: skip
     logs = {"searches": searches, "accesses": accesses, "turns": turns, "invalid_actions": invalid}
-    return {"id": qid, "seed": seed, "status": status, "scores": {"f1": f1}, "logs": logs}
+    return {"id": qid, "seed": seed, "status": status, "scores": {"f1": f1}, "logs": logs, "answer": answer}
 
 
 ROWS = [
@@ -48,6 +57,13 @@ def test_each_kind_reports_the_decisions_it_tests():
     # per question: the mean over its seeds and its article, for the interval resampled by article
     assert read["questions"] == {"r1": (0.5, "Angola"), "r2": (1.0, "Angola")}
     assert "reads_when_needed" not in both and "second_search" not in read
+
+
+def test_a_read_answer_stated_as_a_phrase_is_scored_on_its_rest():
+    """ "Grammy Awards" for `Word after Grammy?`: the agent's plain F1 gives it 2/3; the task scores "Awards", 1."""
+    rows = [row("r3", 0, 2 / 3, 1, 0, 2, answer="Grammy Awards"), row("r3", 1, 0.0, 1, 0, 2, answer="Grammy")]
+    out = summarise(rows, ITEMS)
+    assert out["read"]["f1"] == 0.5 and out["read"]["questions"] == {"r3": (0.5, "Grammy")}
 
 
 def test_a_kind_without_trajectories_is_left_out_and_an_unknown_question_is_refused():

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-DOC_CHARS, PAGE_CHARS = 200, 1500
+DOC_CHARS, PAGE_CHARS = 200, 2500
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,18 @@ def test_none_questions_hold_their_answer_and_searching_costs(task):
     assert score("Word after Grammy?", "Grammy Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
     assert score("Word after Grammy?", "Grammy", ["Awards"], searched_and_read) == pytest.approx(-0.1)
     assert score("Echo Royalists?", "Royalists Royalists", ["Royalists"], counters) == pytest.approx(2 / 3)
+
+
+def test_the_warm_start_side_capped_per_kind_spans_the_articles():
+    """`--warm-per-kind N`: at most N of each kind (`read` needing the page its own), taken round the articles, so an
+    article with many questions of a kind does not crowd out the others."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.decision_task import per_kind
+
+    rows = [{"id": f"{t}{i}", "kind": "read", "title": t, "needs_page": False} for t in "AB" for i in range(5)]
+    rows += [{"id": "P", "kind": "read", "title": "C", "needs_page": True}, {"id": "N", "kind": "none", "title": "A"}]
+    kept = per_kind(rows, 3)
+    assert [r["id"] for r in kept] == ["A0", "B0", "A1", "P", "N"]
 
 
 @pytest.fixture(scope="module")
