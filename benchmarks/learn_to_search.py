@@ -112,6 +112,11 @@ def unrelated_kb(real_url: str, port: int):
         async with httpx.AsyncClient() as client:
             return (await client.post(f"{real_url}/retrieve", json=body, timeout=60)).json()
 
+    @app.post("/access")
+    async def access(body: dict):  # a page the agent names is read as it is: only searches mislead
+        async with httpx.AsyncClient() as client:
+            return (await client.post(f"{real_url}/access", json=body, timeout=60)).json()
+
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,0 +1,352 @@
+"""Does RL improve an agent's search decisions? The decision task's warm start, then RL, on CPU, per question kind.
+
+One command: `python benchmarks/learn_search_decisions.py`. The task (`decision_task.py`) mixes three kinds of
+question over the sample KB: `read` (the word after WORD: answer from the result, or open the page when the result
+does not show it), `both` (the article holding two words: one search per word, compare titles) and `none` (echo a
+word: no search needed, and `decision_reward.py` charges every search and page read). Its sides are split by article:
+the warm start's, RL's and the held-out questions.
+
+The pieces, each kept in WORK and reused while the code it ran is unchanged (so the benchmark can be finished over
+several sittings), with what each took on the 2-core machine:
+
+1. the student: the tiny model 4 layers deep, with the copy skill (`copy_skill.py`, 2,400 steps);
+2. the task, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article;
+3. the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, `read` answered "WORD next")
+   -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32): one warm start;
+4. per seed, side by side: (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
+   scheduler, the decision reward) and (c) the control, the same run with engines that never load the broadcast
+   weights; then held-out evaluation (`asearcher eval --hf-model`, k samples at temperature 1) of (a) the warm start,
+   (b), (c) and (d) the RL model against a KB that answers every search with another article's passages.
+
+Every seed's RL starts from the one warm start, so the seed pairs (b) and (c) with the same (a); the table gives the
+gain's paired t over seeds and a 95% interval that resamples held-out articles (`paired_stats.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from asearcher_plugin.openrlhf.cpu.actors import read_fit_log  # noqa: E402
+from asearcher_plugin.sft.recipe import write_cpu_recipe  # noqa: E402
+from benchmarks.decision_behaviour import KINDS, load, summarise  # noqa: E402
+from benchmarks.learn_to_search import SFT_OPTIMIZER, kl_sets, sh, unrelated_kb  # noqa: E402
+from benchmarks.paired_stats import clustered_interval, paired_t  # noqa: E402
+from benchmarks.readme_table import publish  # noqa: E402
+from benchmarks.run_key import claim, code_key  # noqa: E402
+
+CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
+ROLLOUT_BATCH = 4
+# what the agent may do: a result shows 200 characters, a page read its first 2,500 (decision_task.py's DOC_CHARS and
+# PAGE_CHARS), five turns are enough for two searches, a page read and the answer
+AGENT = {
+    "agent_type": "asearcher",
+    "max_turns": 5,
+    "max_new_tokens_per_turn": 64,
+    "tools.topk": 2,
+    "tools.max_doc_chars": 200,
+    "tools.page_chunk_chars": 2500,
+    "tools.max_page_chunks": 1,
+    "tools.backend": "local",
+    "reward.metric": "f1",
+    "reward.function": "benchmarks.decision_reward:score",
+}
+# the code a piece runs: a change anywhere here starts the benchmark over
+CODE = (
+    "asearcher_plugin",
+    "local_retriever",
+    "recipes",
+    "constraints",
+    "pyproject.toml",
+    "setup.py",
+    *(f"benchmarks/{name}.py" for name in ("decision_task", "decision_teacher", "decision_reward", "search_task")),
+    *(f"benchmarks/{name}.py" for name in ("copy_skill", "learn_to_search", "learn_search_decisions")),
+)
+UPDATE_KEYS = ("reward", "group_reward_std", "searches", "accesses", "invalid_actions", "turns")
+LABELS = {
+    "a": "(a) SFT start",
+    "b": "(b) RL",
+    "c": "(c) control: engines keep the SFT weights",
+    "d": "(d) RL model, unrelated KB",
+}
+
+
+def agent_sets(kb_url: str) -> list[str]:
+    return [*(f"agent.{k}={v}" for k, v in AGENT.items()), f"agent.tools.local.urls=[{kb_url}]"]
+
+
+def as_flags(sets: list[str]) -> list[str]:
+    return [x for s in sets for x in ("--set", s)]
+
+
+def student(work: Path, copy_steps: int) -> Path:
+    from asearcher_plugin.engines.tiny_model import make_tiny_model
+
+    copier = work / "student"
+    if not (copier / "config.json").is_file():
+        if not (work / "student-random" / "config.json").is_file():
+            make_tiny_model(work / "student-random", layers=4)
+        sh([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "student-random"), str(copier),
+            "--steps", str(copy_steps)], work / "copy_skill.log")  # fmt: skip
+    return copier
+
+
+def task(work: Path, kb: Path, copier: Path) -> Path:
+    out = work / "task"
+    if not (out / "heldout.jsonl").is_file():
+        sh([sys.executable, str(ROOT / "benchmarks" / "decision_task.py"), str(kb), str(copier), str(out),
+            "--warm-scale", "20", "--warm-per-kind", "330"], work / "task.log")  # fmt: skip
+    return out
+
+
+def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Path:
+    model = work / "sft-model"
+    if (model / "config.json").is_file():
+        return model
+    agent = work / "agent.yaml"
+    agent.write_text(json.dumps({"agent": {"agent_type": AGENT["agent_type"]}}) + "\n")
+    if not (work / "teacher" / "metrics.json").is_file():
+        sh([sys.executable, str(ROOT / "benchmarks" / "decision_teacher.py"), str(questions / "train.jsonl"),
+            str(copier), url, str(work / "teacher"), "--agent-config", str(agent), "--k", "1", "--read-phrase",
+            *as_flags(agent_sets(url))], work / "teacher.log")  # fmt: skip
+    sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), "--max-len", "2048", "--heldout",
+        "0.1", "--min-reward", "0.8"], work / "sft-data.log")  # fmt: skip
+    recipe = write_cpu_recipe(
+        work / "warm.yaml",
+        copier,
+        work / "sft-data" / "train.jsonl",
+        model,
+        work / "sft-ckpt",
+        **{"eval.dataset": str(work / "sft-data" / "heldout.jsonl"), "train.batch_size": 4},
+        **{"train.micro_batch_size": 4, "train.max_epochs": args.sft_epochs, "train.seed": 1},
+        **{"adam.lr": 5e-4, **SFT_OPTIMIZER},
+    )
+    sh([*CLI, "sft", str(recipe), "--cpu", "--cpu-float32"], work / "sft.log")
+    return model
+
+
+def rl(work: Path, model: Path, prompts: Path, url: str, seed: int, args, load: bool) -> Path:
+    out = work / f"seed{seed}-{'rl' if load else 'control'}"
+    final = out / "final"
+    if not (final / "config.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        train_batch = ROLLOUT_BATCH * args.n // 2  # two optimizer steps per rollout batch, as learn_to_search.py
+        sets = [
+            *agent_sets(url),
+            f"openrlhf.actor.model_name_or_path={model}",
+            f"openrlhf.data.prompt_dataset={prompts}",
+            "openrlhf.data.max_len=2048",
+            f"openrlhf.rollout.batch_size={ROLLOUT_BATCH}",
+            f"openrlhf.rollout.n_samples_per_prompt={args.n}",
+            "openrlhf.rollout.temperature=1.0",
+            f"openrlhf.train.batch_size={train_batch}",
+            f"openrlhf.train.micro_batch_size={train_batch}",
+            f"openrlhf.rollout.micro_batch_size={train_batch}",
+            "openrlhf.train.num_episodes=1",
+            f"openrlhf.train.seed={seed}",
+            f"openrlhf.actor.adam.lr={args.rl_lr}",
+            "openrlhf.actor.adam.betas=[0.9,0.999]",
+            "openrlhf.actor.lr_warmup_ratio=0",
+            "openrlhf.actor.lr_scheduler=constant",
+            f"openrlhf.ckpt.path={out / 'ckpt'}",
+            f"openrlhf.ckpt.output_dir={final}",
+            f"cpu_harness.skip_weight_load={str(not load).lower()}",
+            "cpu_harness.bf16=true",
+            "scheduler.max_staleness=1",
+            *kl_sets(args.rl_kl),
+        ]
+        sh([*CLI, "train", "cpu_tiny", "--cpu", *as_flags(sets)], out / "train.log", cwd=out)
+    return out
+
+
+def evaluate(model: Path, questions: Path, url: str, out: Path, k: int) -> dict:
+    """Per kind (decision_behaviour.summarise) on the held-out questions, k samples each at temperature 1."""
+    if not (out / "metrics.json").is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        sh([*CLI, "eval", "--hf-model", str(model), "--dataset", str(questions), "--k", str(k), "--temperature",
+            "1.0", "--top-p", "1.0", "--max-length", "2048", "--concurrency", "4", "--kb-url", url,
+            *as_flags(agent_sets(url)), "--out", str(out)], out / "eval.log")  # fmt: skip
+    return summarise(*load(out, questions))
+
+
+def per_update(run: Path) -> list[dict]:
+    """Per RL update, the mean reward and behaviour of the trajectories it trained on."""
+    out = []
+    for fit in read_fit_log(run / "ckpt"):
+        info = [exp["info"] for exp in fit["experiences"]]
+        values = {k: [v for i in info for v in i.get(k, [])] for k in UPDATE_KEYS}
+        row = {k: sum(v) / len(v) if v else None for k, v in values.items()}
+        # what says why RL did or did not move: the groups' reward spread, the advantages' signs, the KL to the
+        # start and the share of tokens the IS correction masked
+        signs = [a for exp in fit["experiences"] for a in exp.get("advantages") or [] if a is not None]
+        row["positive_advantages"] = sum(a > 0 for a in signs) / len(signs) if signs else None
+        row.update({k: fit["status"].get(k) for k in ("kl", "is_filter_ratio", "policy_loss")})
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap.add_argument("--work", default="runs/bench-learn-decisions")
+    ap.add_argument("--kb", default="runs/sample-kb")
+    ap.add_argument("--port", type=int, default=5129)
+    ap.add_argument("--copy-steps", type=int, default=2400)
+    ap.add_argument("--sft-epochs", type=int, default=6)
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt (group size)")
+    ap.add_argument("--rl-lr", type=float, default=2e-4)
+    ap.add_argument("--rl-kl", type=float, default=0.1, help="KL loss to the warm start (k3)")
+    ap.add_argument("--eval-k", type=int, default=2)
+    args = ap.parse_args()
+
+    from local_retriever.build import ensure_sample_kb
+    from local_retriever.server_process import start_server, wait_healthy
+
+    work = Path(args.work).resolve()
+    shape = {k: v for k, v in vars(args).items() if k not in ("seeds", "work", "port")}
+    if claim(work, code_key(shape, CODE)):
+        print(f"keeping what {work} holds: the same code and settings", flush=True)
+    kb = ensure_sample_kb(Path(args.kb))
+    # the reward function and the task's modules are imported by the runs' own processes
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    url, wrong_url = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
+    server = start_server(kb, args.port, "bm25")
+    wrong = unrelated_kb(url, args.port + 1)
+    timings: dict[str, float] = {}
+    try:
+        wait_healthy(url, server)
+        t = time.time()
+        copier = student(work, args.copy_steps)
+        questions = task(work, kb, copier)
+        timings["student_and_task_s"] = time.time() - t
+        t = time.time()
+        model = warm_start(work, copier, questions, url, args)
+        timings["warm_start_s"] = time.time() - t
+        held, prompts = questions / "heldout.jsonl", questions / "rl.jsonl"
+        t = time.time()
+        start = evaluate(model, held, url, work / "eval-a", args.eval_k)
+        timings["eval_s"] = time.time() - t
+        runs = {arm: [] for arm in "abcd"}
+        for seed in args.seeds:
+            t = time.time()
+
+            def arm_run(load: bool, seed: int = seed) -> tuple[Path, dict]:
+                run = rl(work, model, prompts, url, seed, args, load)
+                return run, evaluate(run / "final", held, url, run / "eval", args.eval_k)
+
+            # the two arms side by side: each run's processes keep one thread, so two runs fill the 2 cores
+            with ThreadPoolExecutor(2) as pool:
+                b, c = pool.submit(arm_run, True), pool.submit(arm_run, False)
+                (b_run, b_eval), (c_run, c_eval) = b.result(), c.result()
+            d_eval = evaluate(b_run / "final", held, wrong_url, b_run / "eval-unrelated", args.eval_k)
+            runs["a"].append({"seed": seed, "eval": start})
+            runs["b"].append({"seed": seed, "eval": b_eval, "updates": per_update(b_run)})
+            runs["c"].append({"seed": seed, "eval": c_eval, "updates": per_update(c_run)})
+            runs["d"].append({"seed": seed, "eval": d_eval})
+            timings[f"seed{seed}_s"] = time.time() - t
+            print(f"seed {seed}: F1 start {start['all']['f1']:.3f}, RL {b_eval['all']['f1']:.3f}, control "
+                  f"{c_eval['all']['f1']:.3f}, unrelated KB {d_eval['all']['f1']:.3f}", flush=True)  # fmt: skip
+    finally:
+        server.terminate()
+        wrong.should_exit = True
+    results = {"runs": runs, "timings": timings}
+    plot(runs, ROOT / "benchmarks" / "results" / "learn_to_search.png")
+    publish_table(results, args, questions)
+
+
+def plot(runs: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("reward", "training reward"), ("searches", "searches / trajectory"), ("accesses", "page reads / "
+              "trajectory"), ("invalid_actions", "invalid actions / trajectory"))  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(16, 3.6))
+    for ax, (key, title) in zip(axes, panels):
+        for arm, color in (("b", "tab:blue"), ("c", "tab:gray")):
+            for i, run in enumerate(runs[arm]):
+                values = [u[key] for u in run["updates"]]
+                ax.plot(range(1, len(values) + 1), values, color=color, alpha=0.7,
+                        label=LABELS[arm] if i == 0 else None)  # fmt: skip
+        ax.set_title(title)
+        ax.set_xlabel("RL update")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple[str, str, dict]:
+    """The gain over the start in F1 (mean ± sd over seeds, paired by seed) with its t, and the 95% interval of the
+    per-question gain (mean over seeds) resampled by article."""
+    after = [r["eval"][kind]["f1"] for r in arm_runs]
+    before = [r["eval"][kind]["f1"] for r in start_runs]
+    stats = paired_t(before, after) if len(after) > 1 else {"mean": after[0] - before[0], "sd": 0.0, "t": float("nan")}
+    diffs, clusters = [], []
+    for q, (_, title) in start_runs[0]["eval"][kind]["questions"].items():
+        pairs = [(a["eval"][kind]["questions"], s["eval"][kind]["questions"]) for a, s in zip(arm_runs, start_runs)]
+        mine = [after[q][0] - start[q][0] for after, start in pairs if q in after and q in start]
+        if mine:  # the question's gain, paired by seed, averaged over the seeds
+            diffs.append(statistics.mean(mine))
+            clusters.append(title)
+    low, high = clustered_interval(diffs, clusters)
+    return f"{stats['mean']:+.3f} ± {stats['sd']:.3f} [{low:+.3f}, {high:+.3f}]", f"{stats['t']:.1f}", stats
+
+
+def table_rows(runs: dict) -> list[list]:
+    """One row per arm and kind, `all` first: F1 over seeds, the gain over the start paired by seed, the behaviour."""
+    rows = []
+    for arm, label in LABELS.items():
+        for kind in KINDS:
+            evals = [r["eval"][kind] for r in runs[arm]]
+            f1 = [e["f1"] for e in evals]
+            gain, t = ("", "") if arm == "a" else gain_cells(runs[arm], runs["a"], kind)[:2]
+            reads = ""
+            if kind == "read":
+                reads = f"{statistics.mean(e['reads_when_needed'] for e in evals):.2f} / " + (
+                    f"{statistics.mean(e['reads_when_not'] for e in evals):.2f}"
+                )
+            second = f"{statistics.mean(e['second_search'] for e in evals):.2f}" if kind == "both" else ""
+            sd = statistics.stdev(f1) if len(f1) > 1 else 0.0
+            rows.append([
+                label if kind == "all" else "", kind, f"{statistics.mean(f1):.3f} ± {sd:.3f}", gain, t, len(f1),
+                f"{statistics.mean(e['searches'] for e in evals):.2f}",
+                f"{statistics.mean(e['page_reads'] for e in evals):.2f}", reads, second,
+                f"{statistics.mean(e['valid_actions'] for e in evals):.3f}",
+            ])  # fmt: skip
+    return rows
+
+
+def publish_table(results: dict, args, questions: Path) -> None:
+    rows = table_rows(results["runs"])
+    header = ["arm", "kind", "held-out F1", "gain over SFT [95% CI by article]", "paired t", "seeds",
+              "searches / trajectory", "page reads / trajectory", "pages read: needed / not needed",
+              "second search", "valid actions"]  # fmt: skip
+    sizes = {name: sum(1 for _ in open(questions / f"{name}.jsonl")) for name in ("train", "rl", "heldout")}
+    held = [json.loads(line) for line in open(questions / "heldout.jsonl")]
+    minutes = {k: round(v / 60) for k, v in results["timings"].items()}
+    note = (
+        f"The decision task on the sample KB (BM25), split by article: {sizes['train']} warm-start questions, "
+        f"{sizes['rl']} for RL, {sizes['heldout']} held out ({len({r['title'] for r in held})} articles) x k="
+        f"{args.eval_k} at temperature 1. Student: 4x128 tiny model with the copy skill ({args.copy_steps} steps); "
+        f"one warm start ({args.sft_epochs} epochs) for every seed; RL: one pass, B={ROLLOUT_BATCH} x n={args.n}, two "
+        f"optimizer steps per batch, lr {args.rl_lr}, KL loss {args.rl_kl}, staleness 1; seeds {args.seeds}; F1 mean "
+        f"± sd over seeds, the gain paired by seed; chart `benchmarks/results/learn_to_search.png`; minutes per "
+        f"piece {minutes}"
+    )
+    print(publish("learn_to_search", header, rows, note, {"args": vars(args), "results": results},
+                  "learn_search_decisions"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
