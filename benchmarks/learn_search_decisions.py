@@ -88,6 +88,18 @@ def as_flags(sets: list[str]) -> list[str]:
     return [x for s in sets for x in ("--set", s)]
 
 
+def alone(cmd: list[str], log: Path) -> None:
+    """A step that runs by itself, on every core (`sh` gives each process one thread, for two runs side by side)."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(os.cpu_count())
+    try:
+        sh(cmd, log)
+    finally:
+        os.environ.pop("OMP_NUM_THREADS")
+        if before is not None:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
 def student(work: Path, copy_steps: int) -> Path:
     from asearcher_plugin.engines.tiny_model import make_tiny_model
 
@@ -95,8 +107,8 @@ def student(work: Path, copy_steps: int) -> Path:
     if not (copier / "config.json").is_file():
         if not (work / "student-random" / "config.json").is_file():
             make_tiny_model(work / "student-random", layers=4)
-        sh([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "student-random"), str(copier),
-            "--steps", str(copy_steps)], work / "copy_skill.log")  # fmt: skip
+        alone([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "student-random"), str(copier),
+               "--steps", str(copy_steps)], work / "copy_skill.log")  # fmt: skip
     return copier
 
 
@@ -130,7 +142,7 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
         **{"train.micro_batch_size": 4, "train.max_epochs": args.sft_epochs, "train.seed": 1},
         **{"adam.lr": 5e-4, **SFT_OPTIMIZER},
     )
-    sh([*CLI, "sft", str(recipe), "--cpu", "--cpu-float32"], work / "sft.log")
+    alone([*CLI, "sft", str(recipe), "--cpu", "--cpu-float32"], work / "sft.log")
     return model
 
 
