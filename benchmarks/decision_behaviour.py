@@ -4,9 +4,9 @@ From an `asearcher eval` folder's `trajectories.jsonl` and the task's rows (`dec
 and for `read` rows `needs_page`), per kind (`all`, `read`, `both`, `none`): held-out F1, searches and page reads
 per trajectory, valid actions (1 - invalid actions / turns), and the decisions each kind tests: on `read`, the share
 of trajectories that opened a page among questions that need one and among those that do not; on `both`, the share
-that searched at least twice. A `read` answer stated as a phrase, "WORD next", is scored on its rest, as the
-task's reward scores it (`decision_reward.stated_word`). Per-question F1 (the mean over its seeds) with its article
-goes with it, for the interval resampled by article (`paired_stats.clustered_interval`).
+that searched at least twice. A `read` answer stated as a phrase, "WORD next", or an echo as "Echo WORD", is scored
+on its rest, as the task's reward scores it (`decision_reward.stated_word`). Per-question F1 (the mean over its
+seeds) with its article goes with it, for the interval resampled by article (`paired_stats.clustered_interval`).
 
 Only scored rows count (`status` ok): a trajectory the infrastructure failed says nothing about the policy.
 """
@@ -41,8 +41,9 @@ def per_trajectory(logs: list[dict]) -> dict[str, float]:
 
 
 def task_f1(row: dict, item: dict) -> float:
-    """The trajectory's F1 as the task scores it: a `read` answer's "WORD next" counts as its rest."""
-    if item["kind"] != "read" or not row.get("answer"):
+    """The trajectory's F1 as the task scores it: a `read` answer's "WORD next" and an echo's "Echo WORD" count as
+    their rest."""
+    if item["kind"] not in ("read", "none") or not row.get("answer"):
         return row["scores"]["f1"]
     return f1_score(stated_word(item["question"], row["answer"]), parse_gold(item["golden_answers"]))
 

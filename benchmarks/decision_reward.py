@@ -10,6 +10,7 @@ import re
 from asearcher_plugin.rewards.reward import f1_score, format_factor, parse_gold
 
 READ_QUESTION = re.compile(r"^Word after (\w+)\?$")  # decision_task.py's `read` question
+ECHO_QUESTION = re.compile(r"^Echo (\w+)\?$")  # and its `none` question
 
 TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the search a question needs
 
@@ -23,9 +24,14 @@ def score(question: str, answer: str | None, label, counters: dict) -> float:
 
 
 def stated_word(question: str, answer: str) -> str:
-    """`Word after WORD?` may be answered as a phrase, "WORD next": its rest is the answer (WORD alone is not)."""
-    m = READ_QUESTION.match(question.strip())
-    words = answer.split()
-    if m and len(words) > 1 and words[0].strip(",.;:").lower() == m.group(1).lower():
+    """`Word after WORD?` may be answered as a phrase, "WORD next", and `Echo WORD?` as "Echo WORD": the phrase's rest
+    is the answer (its first word alone is not). A copying model writes each answer after the token it follows in the
+    question (decision_teacher.py --read-phrase, --cue-copies)."""
+    question, words = question.strip(), answer.split()
+    if len(words) < 2:
+        return answer
+    first = words[0].strip(",.;:").lower()
+    read, echo = READ_QUESTION.match(question), ECHO_QUESTION.match(question)
+    if (read and first == read.group(1).lower()) or (echo and first == "echo"):
         return " ".join(words[1:])
     return answer

@@ -2,10 +2,11 @@
 
 For each kind of `decision_task.py` question it acts as a careful searcher would:
 
-- `Echo WORD?`: answers WORD at once;
+- `Echo WORD?`: answers WORD at once (with `--cue-copies`, "Echo WORD");
 - `Word after WORD?`: searches WORD's question; answers from the result when it shows the next word, else opens the
   top result's page and answers from it;
-- `Article with W1 and W2?`: searches W1, then W2, and answers the title both results show.
+- `Article with W1 and W2?`: searches W1, then W2 (with `--cue-copies`, "with W1" and "and W2"), and answers the
+  title both results show.
 
 A seeded share (`--mistakes`, 0.25) of (question, seed) pairs gets the decision wrong: a needless search before an
 echo, a page opened when the result already showed the word, an answer guessed without the page the question needs,
@@ -52,13 +53,17 @@ class DecisionTeacher(ReferencePolicy):
     name = "decision teacher (scripted)"
 
     def __init__(self, tokenizer, agent_type: str = "asearcher", mistakes: float = MISTAKES, seed: int = 0,
-                 read_phrase: bool = False, **kw):  # fmt: skip
+                 read_phrase: bool = False, cue_copies: bool = False, **kw):  # fmt: skip
         if agent_type != "asearcher":
             raise ValueError("the decision teacher reads pages: agent_type asearcher")
         super().__init__(tokenizer, agent_type, wrong_rate=mistakes, seed=seed, **kw)
         # `Word after WORD?` answered "WORD next": once the model has written WORD, the next word is what followed
         # WORD in the result or page, the induction a copying model does (decision_reward scores the phrase's rest)
         self.read_phrase = read_phrase
+        # every copy from the question written after the token it follows there, so induction makes it: an echo
+        # answered "Echo WORD", a `both` question's words searched "with W1" and "and W2" (stopwords to the KB's BM25,
+        # so the results are those of W1 and W2). Without a cue, the second search repeats the first word's.
+        self.cue_copies = cue_copies
 
     def _read_answer(self, word: str, after: str) -> str:
         return f"{word} {after}" if self.read_phrase else after
@@ -76,7 +81,8 @@ class DecisionTeacher(ReferencePolicy):
         if kind == "none":
             if mistaken and not searches:
                 return f"{opening}I will search for it first.</think>\n<search> {words[0]} </search>"
-            return f"{opening}The answer is in the question.</think>\n<answer> {words[0]} </answer>"
+            answer = f"Echo {words[0]}" if self.cue_copies else words[0]
+            return f"{opening}The answer is in the question.</think>\n<answer> {answer} </answer>"
         if kind == "read":
             after = re.compile(rf"\b{re.escape(words[0])}[ ,;:]{{1,2}}([A-Za-z]+)\b")
             if not searches:
@@ -98,7 +104,8 @@ class DecisionTeacher(ReferencePolicy):
             return f"{opening}I guess without reading the page.</think>\n<answer> {answer} </answer>"
         if kind == "both":
             if searches < (1 if mistaken else 2):
-                return f"{opening}I will search for {words[searches]}.</think>\n<search> {words[searches]} </search>"
+                query = f"{('with', 'and')[searches]} {words[searches]}" if self.cue_copies else words[searches]
+                return f"{opening}I will search for {words[searches]}.</think>\n<search> {query} </search>"
             seen = [{t for t, _ in _RESULT.findall(b)} for b in blocks]
             common = set.intersection(*seen) if len(seen) > 1 else set()
             answer = sorted(common)[0] if common else (sorted(seen[0])[0] if seen and seen[0] else "unknown")
@@ -117,6 +124,10 @@ def main() -> None:
     ap.add_argument("--mistakes", type=float, default=MISTAKES)
     ap.add_argument("--max-length", type=int, default=2048)
     ap.add_argument("--read-phrase", action="store_true", help="answer `Word after WORD?` with 'WORD next'")
+    ap.add_argument(
+        "--cue-copies", action="store_true", help="answer `Echo WORD?` with 'Echo WORD' and search a `both` "
+        "question's words as 'with W1' and 'and W2'"
+    )  # fmt: skip
     ap.add_argument("--set", action="append", default=[], help="an agent setting over the recipe's (KEY=VALUE)")
     args = ap.parse_args()
     from transformers import AutoTokenizer
@@ -134,6 +145,7 @@ def main() -> None:
         config.agent_type,
         args.mistakes,
         read_phrase=args.read_phrase,
+        cue_copies=args.cue_copies,
         prompt_template=config.prompt_template,
     )
     asyncio.run(run_eval(items, config, teacher, tokenizer, args.out, k=args.k, max_length=args.max_length))

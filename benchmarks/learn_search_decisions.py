@@ -12,7 +12,8 @@ several sittings), with what each took on the 2-core machine:
 1. the student: the tiny model 4 layers deep, with the copy skill (`copy_skill.py`: 2,400 steps on strings of up to
    160 tokens, then 600 on strings of up to 800, since the task's copies reach back 250-600 tokens);
 2. the task, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article;
-3. the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, `read` answered "WORD next")
+3. the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, every copy from the question
+   written after the token it follows there: `read` answered "WORD next", an echo "Echo WORD", searches "with W1")
    -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32): one warm start;
 4. per seed, side by side: (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
    scheduler, the decision reward) and (c) the control, the same run with engines that never load the broadcast
@@ -137,6 +138,7 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
     if not (work / "teacher" / "metrics.json").is_file():
         sh([sys.executable, str(ROOT / "benchmarks" / "decision_teacher.py"), str(questions / "train.jsonl"),
             str(copier), url, str(work / "teacher"), "--agent-config", str(agent), "--k", "1", "--read-phrase",
+            "--cue-copies",
             *as_flags(agent_sets(url))], work / "teacher.log")  # fmt: skip
     sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), "--max-len", "2048", "--heldout",
         "0.1", "--min-reward", "0.8"], work / "sft-data.log")  # fmt: skip

@@ -116,6 +116,11 @@ def test_none_questions_hold_their_answer_and_searching_costs(task):
     assert score("Word after Grammy?", "Grammy Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
     assert score("Word after Grammy?", "Grammy", ["Awards"], searched_and_read) == pytest.approx(-0.1)
     assert score("Echo Royalists?", "Royalists Royalists", ["Royalists"], counters) == pytest.approx(2 / 3)
+    # an echo stated after its cue, "Echo WORD" (the teacher's --cue-copies): its rest is scored; "Echo" alone is not
+    assert score("Echo Royalists?", "Echo Royalists", ["Royalists"], counters) == 1.0
+    assert score("Echo Royalists?", "Echo", ["Royalists"], counters) == 0.0
+    # on another kind "Echo" is not a cue: F1 2/3, less a search and a page read
+    assert score("Word after Grammy?", "Echo Awards", ["Awards"], searched_and_read) == pytest.approx(2 / 3 - 0.1)
 
 
 def test_the_warm_start_side_capped_per_kind_spans_the_articles():
@@ -145,9 +150,13 @@ def bm25_server(sample_kb):
         kb.close()
 
 
-def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task, tiny_model, bm25_server, tmp_path):
+@pytest.mark.parametrize("cue_copies", [False, True], ids=["plain", "cued"])
+def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(
+    task, tiny_model, bm25_server, tmp_path, cue_copies
+):
     """The scripted teacher through the real agent and eval runner, its searches and page reads served over HTTP:
-    per kind, the tools a careful searcher uses, and about a quarter of the decisions wrong on purpose."""
+    per kind, the tools a careful searcher uses, and about a quarter of the decisions wrong on purpose. Cued
+    (`--cue-copies`), the echo is "Echo WORD" and the `both` searches "with W1" and "and W2", scored the same."""
     import asyncio
 
     from transformers import AutoTokenizer
@@ -155,6 +164,7 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task,
     sys.path.insert(0, str(ROOT))
     from asearcher_plugin.eval.runner import run_eval
     from asearcher_plugin.settings.config import AgentConfig
+    from benchmarks.decision_behaviour import task_f1
     from benchmarks.decision_teacher import DecisionTeacher
 
     config = AgentConfig.model_validate(
@@ -169,13 +179,16 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task,
     )  # fmt: skip
     items = [{**r, "dataset": "decide"} for r in task[0]["heldout"]]
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
-    out = asyncio.run(run_eval(items, config, DecisionTeacher(tokenizer), tokenizer, tmp_path, k=2, max_length=2048))
+    teacher = DecisionTeacher(tokenizer, cue_copies=cue_copies)
+    out = asyncio.run(run_eval(items, config, teacher, tokenizer, tmp_path, k=2, max_length=2048))
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     kinds = {r["question"]: r["kind"] + ("+page" if r.get("needs_page") else "") for r in items}
     by = {k: [r for r in rows if kinds[r["question"]] == k] for k in set(kinds.values())}
 
-    def mean(kind, what):
-        values = [r["logs"][what] if what in r["logs"] else r["scores"][what] for r in by[kind]]
+    by_question = {r["question"]: r for r in items}
+
+    def mean(kind, what):  # F1 as the task scores it: a cued answer's rest (decision_behaviour.task_f1)
+        values = [r["logs"][what] if what in r["logs"] else task_f1(r, by_question[r["question"]]) for r in by[kind]]
         return sum(values) / len(values)
 
     assert all(r["status"] == "ok" and r["logs"]["invalid_actions"] == 0 for r in rows)
@@ -187,3 +200,8 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(task,
     # the reward charges every tool call: a needless search costs an echo 0.05
     searched = [r["reward"] for r in by["none"] if r["logs"]["searches"] == 1]
     assert searched and searched == pytest.approx([0.95] * len(searched))
+    echoes = {r["answer"].split()[0] == "Echo" for r in by["none"]}
+    written = [re.findall(r"<search> (.*?) </search>", r["text"].partition("Assistant:")[2]) for r in by["both"]]
+    queries = {q.split()[0] for qs in written for q in qs}
+    assert echoes == {cue_copies} and (queries <= {"with", "and"}) == cue_copies
+    assert all(r["reward"] > 0.9 for r in by["none"] if r["logs"]["searches"] == 0)  # the cue is not scored
