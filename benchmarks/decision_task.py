@@ -35,10 +35,10 @@ from benchmarks.search_task import KEY_TOKENS, cap, learning_sides, passages, qi
 WORD = re.compile(r"\b[A-Za-z]{6,}\b")  # a whole long word (search_task's KEY also matches inside "7Wonders")
 NEXT_WORD = re.compile(r"[ ,;:]{1,2}([A-Za-z]+)\b")  # the whole word right after, past a space or a comma
 DOC_CHARS = 200  # what a search result shows of a passage: recipes/cpu_warm_start.yaml's tools.max_doc_chars
-# the first chunk `access` shows (tools.page_chunk_chars): a page read fits the tiny model's 2,048 tokens; at 1,500 the
-# KB had 86 words past a result's 200 characters and inside the first chunk, at 2,500 (with READ_TOKENS) 425
+# the first chunk `access` shows (tools.page_chunk_chars), and a `read` question's word may be 2-4 tokens: words past
+# a result's 200 characters and inside the first chunk (before the BM25 check), in the whole KB, numbered 86 at 1,500
+# characters with KEY_TOKENS words, 191 at 2,500, and 425 at 2,500 with these; a page read still fits 2,048 tokens
 PAGE_CHARS = 2500
-# a `read` question's word may be 2-4 tokens: at KEY_TOKENS alone too few words need the page (86 in the KB)
 READ_TOKENS = (2, 3, 4)
 PER_ARTICLE = {"read": 6, "both": 3, "none": 2}  # questions per article and kind at most
 

@@ -7,18 +7,21 @@ word: no search needed, and `decision_reward.py` charges every search and page r
 the warm start's, RL's and the held-out questions.
 
 The pieces, each kept in WORK and reused while the code it ran is unchanged (so the benchmark can be finished over
-several sittings), with what each took on the 2-core machine:
+several sittings), with what each took on the 2-core AVX2 EPYC:
 
 1. the student: the tiny model 4 layers deep, with the copy skill (`copy_skill.py`: 2,400 steps on strings of up to
-   160 tokens, then 600 on strings of up to 800, since the task's copies reach back 250-600 tokens);
-2. the task, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article;
+   160 tokens, then 600 on strings of up to 800, since the task's copies reach back 250-600 tokens; 8 + 6 min);
+2. the task, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article
+   (30 s);
 3. the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, every copy from the question
    written after the token it follows there: `read` answered "WORD next", an echo "Echo WORD", searches "with W1")
-   -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32): one warm start;
+   -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32): one warm start
+   (27 min);
 4. per seed, side by side: (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
    scheduler, the decision reward) and (c) the control, the same run with engines that never load the broadcast
    weights; then held-out evaluation (`asearcher eval --hf-model`, k samples at temperature 1) of (a) the warm start,
-   (b), (c) and (d) the RL model against a KB that answers every search with another article's passages.
+   (b), (c) and (d) the RL model against a KB that answers every search with another article's passages (an RL run
+   25-27 min with both cores, longer beside its control; an evaluation 3-5 min).
 
 Every seed's RL starts from the one warm start, so the seed pairs (b) and (c) with the same (a); the table gives the
 gain's paired t over seeds and a 95% interval that resamples held-out articles (`paired_stats.py`).
@@ -369,7 +372,8 @@ def publish_table(results: dict, args, questions: Path) -> None:
         f"then {args.copy_long_steps} on strings up to {args.copy_length} tokens); one warm start ({args.sft_epochs} "
         f"epochs) for every seed; RL: one pass, B={ROLLOUT_BATCH} x n={args.n}, two optimizer steps per batch, lr "
         f"{args.rl_lr}, KL loss {args.rl_kl}, staleness 1; seeds {args.seeds}; F1 mean ± sd over seeds, the gain "
-        f"paired by seed; chart `benchmarks/results/learn_to_search.png`; minutes per piece {minutes}"
+        f"paired by seed; chart `benchmarks/results/learn_to_search.png`; minutes per piece in the invocation that "
+        f"wrote this (a piece kept from an earlier one: about 0) {minutes}"
     )
     print(publish("learn_to_search", header, rows, note, {"args": vars(args), "results": results},
                   "learn_search_decisions"))  # fmt: skip
