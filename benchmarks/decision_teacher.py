@@ -29,12 +29,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asearcher_plugin.agent.reference_policy import _INFO, ReferencePolicy, _count, _think_open  # noqa: E402
-from benchmarks.decision_reward import READ_QUESTION  # noqa: E402
+from benchmarks.decision_reward import ECHO_QUESTION, READ_QUESTION  # noqa: E402
 
 MISTAKES = 0.25
 _RESULT = re.compile(r"Doc \d+\(Title: ([^\n]*?)\) \[([^\]\n]*)\]")
 _ASKED = {
-    "none": re.compile(r"^Echo (\w+)\?$"),
+    "none": ECHO_QUESTION,
     "read": READ_QUESTION,
     "both": re.compile(r"^Article with (\w+) and (\w+)\?$"),
 }
@@ -62,7 +62,8 @@ class DecisionTeacher(ReferencePolicy):
         self.read_phrase = read_phrase
         # every copy from the question written after the token it follows there, so induction makes it: an echo
         # answered "Echo WORD", a `both` question's words searched "with W1" and "and W2" (stopwords to the KB's BM25,
-        # so the results are those of W1 and W2). Without a cue, the second search repeats the first word's.
+        # so the results are those of W1 and W2). Without a cue the student garbled the second word (`<search> Gra
+        # </search>` for Grauman) and gave an echo's answer from the system prompt.
         self.cue_copies = cue_copies
 
     def _read_answer(self, word: str, after: str) -> str:

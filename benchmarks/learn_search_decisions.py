@@ -44,13 +44,21 @@ sys.path.insert(0, str(ROOT))
 from asearcher_plugin.openrlhf.cpu.actors import read_fit_log  # noqa: E402
 from asearcher_plugin.sft.recipe import write_cpu_recipe  # noqa: E402
 from benchmarks.decision_behaviour import KINDS, load, summarise  # noqa: E402
-from benchmarks.learn_to_search import SFT_OPTIMIZER, kl_sets, sh, unrelated_kb  # noqa: E402
+from benchmarks.learn_to_search import (  # noqa: E402
+    ROLLOUT_BATCH,
+    SFT_OPTIMIZER,
+    as_flags,
+    kl_sets,
+    sampled_eval,
+    sh,
+    train_rl,
+    unrelated_kb,
+)
 from benchmarks.paired_stats import clustered_interval, paired_t  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
 from benchmarks.run_key import claim, code_key  # noqa: E402
 
 CLI = [sys.executable, "-m", "asearcher_plugin.cli"]
-ROLLOUT_BATCH = 4
 # what the agent may do: a result shows 200 characters, a page read its first 2,500 (decision_task.py's DOC_CHARS and
 # PAGE_CHARS), five turns are enough for two searches, a page read and the answer
 AGENT = {
@@ -87,10 +95,6 @@ LABELS = {
 
 def agent_sets(kb_url: str) -> list[str]:
     return [*(f"agent.{k}={v}" for k, v in AGENT.items()), f"agent.tools.local.urls=[{kb_url}]"]
-
-
-def as_flags(sets: list[str]) -> list[str]:
-    return [x for s in sets for x in ("--set", s)]
 
 
 def alone(cmd: list[str], log: Path) -> None:
@@ -160,47 +164,16 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
 
 
 def rl(work: Path, model: Path, prompts: Path, url: str, seed: int, args, load: bool) -> Path:
-    out = work / f"seed{seed}-{'rl' if load else 'control'}"
-    final = out / "final"
-    if not (final / "config.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        train_batch = ROLLOUT_BATCH * args.n // 2  # two optimizer steps per rollout batch, as learn_to_search.py
-        sets = [
-            *agent_sets(url),
-            f"openrlhf.actor.model_name_or_path={model}",
-            f"openrlhf.data.prompt_dataset={prompts}",
-            "openrlhf.data.max_len=2048",
-            f"openrlhf.rollout.batch_size={ROLLOUT_BATCH}",
-            f"openrlhf.rollout.n_samples_per_prompt={args.n}",
-            "openrlhf.rollout.temperature=1.0",
-            f"openrlhf.train.batch_size={train_batch}",
-            f"openrlhf.train.micro_batch_size={train_batch}",
-            f"openrlhf.rollout.micro_batch_size={train_batch}",
-            "openrlhf.train.num_episodes=1",
-            f"openrlhf.train.seed={seed}",
-            f"openrlhf.actor.adam.lr={args.rl_lr}",
-            "openrlhf.actor.adam.betas=[0.9,0.999]",
-            "openrlhf.actor.lr_warmup_ratio=0",
-            "openrlhf.actor.lr_scheduler=constant",
-            f"openrlhf.ckpt.path={out / 'ckpt'}",
-            f"openrlhf.ckpt.output_dir={final}",
-            f"cpu_harness.skip_weight_load={str(not load).lower()}",
-            # float32, the harness's default: on a CPU without bf16 units (the AVX2 EPYC) a bf16 optimizer step of
-            # 16 of these sequences took 46-109 s
-            "scheduler.max_staleness=1",
-            *kl_sets(args.rl_kl),
-        ]
-        sh([*CLI, "train", "cpu_tiny", "--cpu", *as_flags(sets)], out / "train.log", cwd=out)
-    return out
+    # float32, the harness's default: on a CPU without bf16 units (the AVX2 EPYC) a bf16 optimizer step of 16 of
+    # these sequences took 46-109 s
+    last = ["scheduler.max_staleness=1", *kl_sets(args.rl_kl)]
+    train_batch = ROLLOUT_BATCH * args.n // 2  # two optimizer steps per rollout batch, as learn_to_search.py
+    return train_rl(work, seed, load, agent_sets(url), model, prompts, args.n, train_batch, args.rl_lr, 1, last)
 
 
 def evaluate(model: Path, questions: Path, url: str, out: Path, k: int) -> dict:
     """Per kind (decision_behaviour.summarise) on the held-out questions, k samples each at temperature 1."""
-    if not (out / "metrics.json").is_file():
-        out.mkdir(parents=True, exist_ok=True)
-        sh([*CLI, "eval", "--hf-model", str(model), "--dataset", str(questions), "--k", str(k), "--temperature",
-            "1.0", "--top-p", "1.0", "--max-length", "2048", "--concurrency", "4", "--kb-url", url,
-            *as_flags(agent_sets(url)), "--out", str(out)], out / "eval.log")  # fmt: skip
+    sampled_eval(model, questions, url, out, k, agent_sets(url))
     return summarise(*load(out, questions))
 
 

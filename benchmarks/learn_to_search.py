@@ -74,17 +74,23 @@ def agent_sets(kb_url: str) -> list[str]:
     ]
 
 
-def evaluate(model: Path, questions: Path, kb_url: str, out: Path, k: int, limit: int) -> dict:
-    """Held-out F1 Avg@k and behaviour per trajectory, from `asearcher eval --hf-model`."""
+def sampled_eval(model: Path, questions: Path, kb_url: str, out: Path, k: int, sets: list[str], more=()) -> None:
+    """`asearcher eval --hf-model` of `model` on `questions`, k samples each at temperature 1, into `out` (kept when
+    it is there); `sets`: the agent's settings."""
     if not (out / "metrics.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
-        sets = [x for s in agent_sets(kb_url) for x in ("--set", s)]
-        sh(
-            [*CLI, "eval", "--hf-model", str(model), "--dataset", str(questions), "--k", str(k), "--limit",
-             str(limit), "--temperature", "1.0", "--top-p", "1.0", "--max-length", "2048", "--concurrency", "4",
-             "--kb-url", kb_url, *sets, "--out", str(out)],
-            out / "eval.log",
-        )  # fmt: skip
+        sh([*CLI, "eval", "--hf-model", str(model), "--dataset", str(questions), "--k", str(k), *more, "--temperature",
+            "1.0", "--top-p", "1.0", "--max-length", "2048", "--concurrency", "4", "--kb-url", kb_url,
+            *as_flags(sets), "--out", str(out)], out / "eval.log")  # fmt: skip
+
+
+def as_flags(sets: list[str]) -> list[str]:
+    return [x for s in sets for x in ("--set", s)]
+
+
+def evaluate(model: Path, questions: Path, kb_url: str, out: Path, k: int, limit: int) -> dict:
+    """Held-out F1 Avg@k and behaviour per trajectory, from `asearcher eval --hf-model`."""
+    sampled_eval(model, questions, kb_url, out, k, agent_sets(kb_url), ["--limit", str(limit)])
     metrics = json.loads((out / "metrics.json").read_text())["datasets"]["overall"]
     rows = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     logs = [r["logs"] for r in rows if r["status"] == "ok"]
@@ -125,41 +131,53 @@ def unrelated_kb(real_url: str, port: int):
     return server
 
 
-def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, load: bool) -> tuple[Path, list]:
+def train_rl(work: Path, seed: int, load: bool, first: list[str], model: Path, prompts: Path, n: int,
+             train_batch: int, lr: float, episodes: int, last: list[str]) -> Path:  # fmt: skip
+    """`asearcher train cpu_tiny --cpu` RL from `model` on `prompts` into WORK/seed{seed}-rl (or -control: with `load`
+    false the engines receive every weight broadcast but do not load it), kept when its final model is there. `first`
+    and `last`: the settings around the shared ones (the agent's first)."""
     out = work / f"seed{seed}-{'rl' if load else 'control'}"
-    final = out / "final"
-    if not (final / "config.json").is_file():
+    if not (out / "final" / "config.json").is_file():
         out.mkdir(parents=True, exist_ok=True)
-        train_batch = ROLLOUT_BATCH * args.n // args.rl_updates
         sets = [
-            *agent_sets(kb_url),
+            *first,
             f"openrlhf.actor.model_name_or_path={model}",
             f"openrlhf.data.prompt_dataset={prompts}",
             "openrlhf.data.max_len=2048",
             f"openrlhf.rollout.batch_size={ROLLOUT_BATCH}",
-            f"openrlhf.rollout.n_samples_per_prompt={args.n}",
+            f"openrlhf.rollout.n_samples_per_prompt={n}",
             "openrlhf.rollout.temperature=1.0",
             f"openrlhf.train.batch_size={train_batch}",
-            f"openrlhf.train.micro_batch_size={min(2 * args.n, train_batch)}",
-            f"openrlhf.rollout.micro_batch_size={2 * args.n}",
-            f"openrlhf.train.num_episodes={args.rl_episodes}",
+            f"openrlhf.train.micro_batch_size={min(2 * n, train_batch)}",
+            f"openrlhf.rollout.micro_batch_size={2 * n}",
+            f"openrlhf.train.num_episodes={episodes}",
             f"openrlhf.train.seed={seed}",
-            f"openrlhf.actor.adam.lr={args.rl_lr}",
+            f"openrlhf.actor.adam.lr={lr}",
             # the SFT's betas: with them at lr 5e-4, held-out F1 gained 0.11 where OpenRLHF's betas 0.9/0.95 at 3e-4
             # gained 0.07, and lr 1e-3 gained nothing (seed 1, 60 questions x 2; the two knobs were not separated)
             "openrlhf.actor.adam.betas=[0.9,0.999]",
             "openrlhf.actor.lr_warmup_ratio=0",
             "openrlhf.actor.lr_scheduler=constant",
             f"openrlhf.ckpt.path={out / 'ckpt'}",
-            f"openrlhf.ckpt.output_dir={final}",
+            f"openrlhf.ckpt.output_dir={out / 'final'}",
             f"cpu_harness.skip_weight_load={str(not load).lower()}",
-            "cpu_harness.bf16=true",  # as its published runs trained (the harness's default is float32)
-            f"scheduler.max_staleness={args.rl_staleness}",
-            *(kl_sets(args.rl_kl) if args.rl_kl > 0 else []),
-            *args.rl_set,
+            *last,
         ]
-        sh([*CLI, "train", "cpu_tiny", "--cpu", *[x for s in sets for x in ("--set", s)]], out / "train.log", cwd=out)
-    return final, step_rewards(out / "ckpt")
+        sh([*CLI, "train", "cpu_tiny", "--cpu", *as_flags(sets)], out / "train.log", cwd=out)
+    return out
+
+
+def rl(work: Path, model: Path, prompts: Path, kb_url: str, seed: int, args, load: bool) -> tuple[Path, list]:
+    last = [
+        "cpu_harness.bf16=true",  # as its published runs trained (the harness's default is float32)
+        f"scheduler.max_staleness={args.rl_staleness}",
+        *(kl_sets(args.rl_kl) if args.rl_kl > 0 else []),
+        *args.rl_set,
+    ]
+    train_batch = ROLLOUT_BATCH * args.n // args.rl_updates
+    out = train_rl(work, seed, load, agent_sets(kb_url), model, prompts, args.n, train_batch, args.rl_lr,
+                   args.rl_episodes, last)  # fmt: skip
+    return out / "final", step_rewards(out / "ckpt")
 
 
 def warm_start(work: Path, copier: Path, seed: int, args) -> Path:
