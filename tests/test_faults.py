@@ -115,12 +115,12 @@ async def _round(client: httpx.AsyncClient, url: str, i: int, failures: list) ->
 @pytest.mark.slow
 def test_soak_mixed_traffic_memory_levels_off_and_no_good_request_fails(sample_kb, tmp_path, monkeypatch):
     warmup_rounds, rounds = 10, 24
-    # glibc gives threads that allocate at once their own arenas (up to 8 a core), and the server allocates in
-    # several: the event loop, the batcher's two stages, the encoder's and the index's workers. What each arena kept
-    # of a round's large bodies moved RSS by +-50 MB a round and read as a climb of 25-72 MB (3 runs of 3 failed on
-    # 2026-11-30 on an idle 2-core EPYC). With two arenas 3 runs of 3 passed (climbs -5, -3 MB and one unprinted);
-    # a leak grows whichever arena holds it, so it still lifts every round.
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    # glibc's mmap threshold is dynamic: once a large block (a round's 1 MB body) is freed, the threshold rises to its
+    # size, and later bodies of that size go to the arenas, which keep what they held. RSS moved +-50 MB a round and
+    # read as a 25-72 MB climb (on an idle 2-core EPYC, and in CI with two arenas: 52 MB on 2026-11-30). A fixed
+    # threshold keeps large bodies mapped, and unmapped on free: RSS then moved under 2 MB a round and the floor
+    # rose 1 MB between the thirds, in 3 runs of 3 (a planted leak of 4 MB a round lifts it 32 MB).
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(128 * 1024))
     with kb_serve(
         sample_kb,
         tmp_path / "serve.log",
