@@ -1,7 +1,13 @@
 """The decision task's reward (`agent.reward.function: benchmarks.decision_reward:score`): the answer's F1, times the
-format factor, less a small cost for every search and page read, so that searching is a decision. An `Echo WORD?`
+format factor, less a small share for every search and page read, so that searching is a decision. An `Echo WORD?`
 answered without searching scores 1; searched once first, 0.95; a `Word after WORD?` whose result already showed
-the word loses 0.05 more when the page is opened anyway."""
+the word loses 0.05 more when the page is opened anyway.
+
+The cost is a share of what the answer earned, so a wrong answer scores 0 however many tools it used. Charged
+outright, it gave a group whose answers were all wrong a reward spread of the tool counts alone, which the group's
+normalisation scaled to full advantages that said "search less": in two RL runs such groups were 31% of the groups
+and carried 44% and 66% of the advantages' weight, and the agent stopped searching (0.60 -> 0.02-0.06 a
+trajectory)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from asearcher_plugin.rewards.reward import f1_score, format_factor, parse_gold
 READ_QUESTION = re.compile(r"^Word after (\w+)\?$")  # decision_task.py's `read` question
 ECHO_QUESTION = re.compile(r"^Echo (\w+)\?$")  # and its `none` question
 
-TOOL_COST = 0.05  # a fraction of a right answer: never worth skipping the search a question needs
+TOOL_COST = 0.05  # a share of a right answer: never worth skipping the search a question needs
 
 
 def score(question: str, answer: str | None, label, counters: dict) -> float:
@@ -20,7 +26,7 @@ def score(question: str, answer: str | None, label, counters: dict) -> float:
         return 0.0
     answer = stated_word(question, answer)
     right = f1_score(answer, parse_gold(label)) * format_factor(int(counters["invalid_actions"]), True)
-    return right - TOOL_COST * (counters["searches"] + counters["accesses"])
+    return right * max(0.0, 1.0 - TOOL_COST * (counters["searches"] + counters["accesses"]))
 
 
 def stated_word(question: str, answer: str) -> str:

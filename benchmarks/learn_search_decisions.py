@@ -6,22 +6,24 @@ does not show it), `both` (the article holding two words: one search per word, c
 word: no search needed, and `decision_reward.py` charges every search and page read). Its sides are split by article:
 the warm start's, RL's and the held-out questions.
 
-The pieces, each kept in WORK and reused while the code it ran is unchanged (so the benchmark can be finished over
-several sittings), with what each took on the 2-core AVX2 EPYC:
+The pieces, each in its own folder of WORK and reused while the code and settings it ran, and the pieces it was made
+from, are unchanged (so the benchmark can be finished over several sittings, and a change to the reward does not
+train the copy skill again), with what each took on the 2-core AVX2 EPYC:
 
-1. the student: the tiny model 4 layers deep, with the copy skill (`copy_skill.py`: 2,400 steps on strings of up to
-   160 tokens, then 600 on strings of up to 800, since the task's copies reach back 250-600 tokens; 8 + 6 min);
-2. the task, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article
+1. `copier/`, the student: the tiny model 4 layers deep, with the copy skill (`copy_skill.py`: 2,400 steps on
+   strings of up to 160 tokens, then 600 on strings of up to 800, since the task's copies reach back 250-600 tokens;
+   8 + 6 min);
+2. `task/`, with a warm-start side of at most 330 questions per kind drawn from 20 times the questions per article
    (30 s);
-3. the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, every copy from the question
-   written after the token it follows there: `read` answered "WORD next", an echo "Echo WORD", searches "with W1")
-   -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32): one warm start
-   (27 min);
-4. per seed, side by side: (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
+3. `warm/`: the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, every copy from
+   the question written after the token it follows there: `read` answered "WORD next", an echo "Echo WORD",
+   searches "with W1") -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32):
+   one warm start (27 min);
+4. `arms/`: held-out evaluation (`asearcher eval --hf-model`, k samples at temperature 1) of (a) the warm start, then
+   per seed, side by side, (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
    scheduler, the decision reward) and (c) the control, the same run with engines that never load the broadcast
-   weights; then held-out evaluation (`asearcher eval --hf-model`, k samples at temperature 1) of (a) the warm start,
-   (b), (c) and (d) the RL model against a KB that answers every search with another article's passages (an RL run
-   25-27 min with both cores, longer beside its control; an evaluation 3-5 min).
+   weights, each evaluated, and (d) the RL model against a KB that answers every search with another article's
+   passages (an RL run 25-27 min with both cores, longer beside its control; an evaluation 3-5 min).
 
 Every seed's RL starts from the one warm start, so the seed pairs (b) and (c) with the same (a); the table gives the
 gain's paired t over seeds and a 95% interval that resamples held-out articles (`paired_stats.py`).
@@ -73,17 +75,24 @@ AGENT = {
     "reward.metric": "f1",
     "reward.function": "benchmarks.decision_reward:score",
 }
-# the code a piece runs: a change anywhere here starts the benchmark over
-CODE = (
+# the code each piece runs: a change in it starts that piece, and the pieces made from it, over
+COPIER_CODE = ("benchmarks/copy_skill.py", "asearcher_plugin/engines/tiny_model.py", "constraints", "pyproject.toml",
+               "setup.py")  # fmt: skip
+TASK_CODE = ("benchmarks/decision_task.py", "benchmarks/search_task.py", "local_retriever")
+# the warm start runs the plugin (the agent, sft-data, sft) and the teacher, and keeps the teacher's trajectories by
+# the reward; this script's part in it is the settings below, named in the piece's key instead of the script
+WARM_CODE = (
     "asearcher_plugin",
     "local_retriever",
     "recipes",
     "constraints",
     "pyproject.toml",
     "setup.py",
-    *(f"benchmarks/{name}.py" for name in ("decision_task", "decision_teacher", "decision_reward", "search_task")),
-    *(f"benchmarks/{name}.py" for name in ("copy_skill", "learn_to_search", "learn_search_decisions")),
+    *(f"benchmarks/{name}.py" for name in ("decision_teacher", "decision_reward", "learn_to_search")),
 )
+ARMS_CODE = (*WARM_CODE, *(f"benchmarks/{name}.py" for name in ("decision_behaviour", "learn_search_decisions")))
+TEACHER_FLAGS = ["--k", "1", "--read-phrase", "--cue-copies"]
+SFT_SETTINGS = {"train.batch_size": 4, "train.micro_batch_size": 4, "train.seed": 1, "adam.lr": 5e-4}
 UPDATE_KEYS = ("reward", "group_reward_std", "searches", "accesses", "invalid_actions", "turns")
 LABELS = {
     "a": "(a) SFT start",
@@ -91,6 +100,15 @@ LABELS = {
     "c": "(c) control: engines keep the SFT weights",
     "d": "(d) RL model, unrelated KB",
 }
+
+
+def piece(folder: Path, key: dict, made_from: dict | None = None) -> dict:
+    """Make `folder` hold only what `key` made from the piece `made_from` (`run_key.claim`); returns its full key,
+    for the pieces made from it."""
+    key = {**key, "made_from": made_from} if made_from else key
+    if claim(folder, key):
+        print(f"keeping {folder}: the same code, settings and inputs", flush=True)
+    return key
 
 
 def agent_sets(kb_url: str) -> list[str]:
@@ -115,12 +133,12 @@ def student(work: Path, args) -> Path:
     1,000); from the short skill it fell to 0.08 within 100 steps."""
     from asearcher_plugin.engines.tiny_model import make_tiny_model
 
-    copier, short = work / "student", work / "student-short"
+    copier, short = work / "model", work / "short"
     if not (copier / "config.json").is_file():
         if not (short / "config.json").is_file():
-            if not (work / "student-random" / "config.json").is_file():
-                make_tiny_model(work / "student-random", layers=4)
-            alone([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "student-random"),
+            if not (work / "random" / "config.json").is_file():
+                make_tiny_model(work / "random", layers=4)
+            alone([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "random"),
                    str(short), "--steps", str(args.copy_steps)], work / "copy_skill.log")  # fmt: skip
         longer = ["--steps", str(args.copy_long_steps), "--max-length", str(args.copy_length)]
         alone([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(short), str(copier), *longer],
@@ -128,11 +146,10 @@ def student(work: Path, args) -> Path:
     return copier
 
 
-def task(work: Path, kb: Path, copier: Path) -> Path:
-    out = work / "task"
+def task(out: Path, kb: Path, copier: Path) -> Path:
     if not (out / "heldout.jsonl").is_file():
         sh([sys.executable, str(ROOT / "benchmarks" / "decision_task.py"), str(kb), str(copier), str(out),
-            "--warm-scale", "20", "--warm-per-kind", "330"], work / "task.log")  # fmt: skip
+            "--warm-scale", "20", "--warm-per-kind", "330"], out / "task.log")  # fmt: skip
     return out
 
 
@@ -144,8 +161,7 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
     agent.write_text(json.dumps({"agent": {"agent_type": AGENT["agent_type"]}}) + "\n")
     if not (work / "teacher" / "metrics.json").is_file():
         sh([sys.executable, str(ROOT / "benchmarks" / "decision_teacher.py"), str(questions / "train.jsonl"),
-            str(copier), url, str(work / "teacher"), "--agent-config", str(agent), "--k", "1", "--read-phrase",
-            "--cue-copies",
+            str(copier), url, str(work / "teacher"), "--agent-config", str(agent), *TEACHER_FLAGS,
             *as_flags(agent_sets(url))], work / "teacher.log")  # fmt: skip
     sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), "--max-len", "2048", "--heldout",
         "0.1", "--min-reward", "0.8"], work / "sft-data.log")  # fmt: skip
@@ -155,9 +171,9 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
         work / "sft-data" / "train.jsonl",
         model,
         work / "sft-ckpt",
-        **{"eval.dataset": str(work / "sft-data" / "heldout.jsonl"), "train.batch_size": 4},
-        **{"train.micro_batch_size": 4, "train.max_epochs": args.sft_epochs, "train.seed": 1},
-        **{"adam.lr": 5e-4, **SFT_OPTIMIZER},
+        **{"eval.dataset": str(work / "sft-data" / "heldout.jsonl"), "train.max_epochs": args.sft_epochs},
+        **SFT_SETTINGS,
+        **SFT_OPTIMIZER,
     )
     alone([*CLI, "sft", str(recipe), "--cpu", "--cpu-float32"], work / "sft.log")
     return model
@@ -215,9 +231,13 @@ def main() -> None:
     from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
-    shape = {k: v for k, v in vars(args).items() if k not in ("seeds", "work", "port")}
-    if claim(work, code_key(shape, CODE)):
-        print(f"keeping what {work} holds: the same code and settings", flush=True)
+    made = {k: getattr(args, k) for k in ("copy_steps", "copy_length", "copy_long_steps")}
+    made = piece(work / "copier", code_key(made, COPIER_CODE))
+    made = piece(work / "task", code_key({"kb": args.kb}, TASK_CODE), made)
+    warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS}
+    made = piece(work / "warm", code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE), made)
+    shape = {k: getattr(args, k) for k in ("n", "rl_lr", "rl_kl", "eval_k")}
+    piece(work / "arms", code_key(shape, ARMS_CODE), made)
     kb = ensure_sample_kb(Path(args.kb))
     # the reward function and the task's modules are imported by the runs' own processes
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -228,22 +248,23 @@ def main() -> None:
     try:
         wait_healthy(url, server)
         t = time.time()
-        copier = student(work, args)
-        questions = task(work, kb, copier)
+        copier = student(work / "copier", args)
+        questions = task(work / "task", kb, copier)
         timings["student_and_task_s"] = time.time() - t
         t = time.time()
-        model = warm_start(work, copier, questions, url, args)
+        model = warm_start(work / "warm", copier, questions, url, args)
         timings["warm_start_s"] = time.time() - t
         held, prompts = questions / "heldout.jsonl", questions / "rl.jsonl"
         t = time.time()
-        start = evaluate(model, held, url, work / "eval-a", args.eval_k)
+        arms = work / "arms"
+        start = evaluate(model, held, url, arms / "eval-a", args.eval_k)
         timings["eval_s"] = time.time() - t
         runs = {arm: [] for arm in "abcd"}
         for seed in args.seeds:
             t = time.time()
 
             def arm_run(load: bool, seed: int = seed) -> tuple[Path, dict]:
-                run = rl(work, model, prompts, url, seed, args, load)
+                run = rl(arms, model, prompts, url, seed, args, load)
                 return run, evaluate(run / "final", held, url, run / "eval", args.eval_k)
 
             # the two arms side by side: each run's processes keep one thread, so two runs fill the 2 cores

@@ -114,13 +114,17 @@ def test_none_questions_hold_their_answer_and_searching_costs(task):
     # a `read` answer stated as a phrase, "WORD next" (the teacher's --read-phrase): its rest is scored; WORD alone,
     # the question's own word, earns nothing
     assert score("Word after Grammy?", "Grammy Awards", ["Awards"], searched_and_read) == pytest.approx(0.9)
-    assert score("Word after Grammy?", "Grammy", ["Awards"], searched_and_read) == pytest.approx(-0.1)
+    assert score("Word after Grammy?", "Grammy", ["Awards"], searched_and_read) == 0.0
+    # a wrong answer scores 0 whatever it searched: the cost is a share of what the answer earned, so a group whose
+    # answers are all wrong has no spread to teach "search less" with
+    assert score("Word after Grammy?", "Trophy", ["Awards"], {**counters, "searches": 3}) == 0.0
+    assert score("Word after Grammy?", "Trophy", ["Awards"], counters) == 0.0
     assert score("Echo Royalists?", "Royalists Royalists", ["Royalists"], counters) == pytest.approx(2 / 3)
     # an echo stated after its cue, "Echo WORD" (the teacher's --cue-copies): its rest is scored; "Echo" alone is not
     assert score("Echo Royalists?", "Echo Royalists", ["Royalists"], counters) == 1.0
     assert score("Echo Royalists?", "Echo", ["Royalists"], counters) == 0.0
-    # on another kind "Echo" is not a cue: F1 2/3, less a search and a page read
-    assert score("Word after Grammy?", "Echo Awards", ["Awards"], searched_and_read) == pytest.approx(2 / 3 - 0.1)
+    # on another kind "Echo" is not a cue: F1 2/3, less a tenth of it for a search and a page read
+    assert score("Word after Grammy?", "Echo Awards", ["Awards"], searched_and_read) == pytest.approx(0.6)
 
 
 def test_the_warm_start_side_capped_per_kind_spans_the_articles():

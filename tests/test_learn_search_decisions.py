@@ -1,12 +1,13 @@
 """The decision benchmark's table (benchmarks/learn_search_decisions.py) on evaluations written by hand: the gain is
-paired by seed, its interval resamples articles, and each arm's rows start with kind `all`."""
+paired by seed, its interval resamples articles, and each arm's rows start with kind `all`; its pieces are kept
+each by its own key."""
 
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.decision_behaviour import KINDS
-from benchmarks.learn_search_decisions import LABELS, gain_cells, table_rows
+from benchmarks.learn_search_decisions import LABELS, gain_cells, piece, table_rows
 
 
 def evaluation(f1: float, questions: dict[str, tuple[float, str]]) -> dict:
@@ -48,3 +49,19 @@ def test_each_arm_has_its_rows_with_kind_all_first():
     assert start[3] == "" and rl[3].startswith("+0.150") and rl[5] == 2
     read = rows[1]
     assert read[8] == "0.80 / 0.10" and rows[2][9] == "0.60"
+
+
+def test_a_piece_is_kept_while_its_key_and_the_piece_it_was_made_from_are_unchanged(tmp_path):
+    def claim(copier_code: str, task_code: str) -> list[str]:
+        """Claim both pieces as a run would, and say which still hold what the last run made."""
+        made = piece(tmp_path / "copier", {"code": copier_code})
+        piece(tmp_path / "task", {"code": task_code}, made)
+        held = [name for name in ("copier", "task") if (tmp_path / name / "out").exists()]
+        for name in ("copier", "task"):
+            (tmp_path / name / "out").touch()
+        return held
+
+    assert claim("c1", "t1") == []
+    assert claim("c1", "t1") == ["copier", "task"]
+    assert claim("c1", "t2") == ["copier"]  # the task's code changed: the copier stays
+    assert claim("c2", "t2") == []  # the copier's code changed: the task, made from it, goes too
