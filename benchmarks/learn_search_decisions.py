@@ -111,6 +111,18 @@ def piece(folder: Path, key: dict, made_from: dict | None = None) -> dict:
     return key
 
 
+def piece_keys(args) -> dict[str, dict]:
+    """Each piece's code and settings, in the order they are made: each is made from the one before."""
+    copier = {k: getattr(args, k) for k in ("copy_steps", "copy_length", "copy_long_steps")}
+    warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS}
+    return {
+        "copier": code_key(copier, COPIER_CODE),
+        "task": code_key({"kb": args.kb}, TASK_CODE),
+        "warm": code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE),
+        "arms": code_key({k: getattr(args, k) for k in ("n", "rl_lr", "rl_kl", "eval_k")}, ARMS_CODE),
+    }
+
+
 def agent_sets(kb_url: str) -> list[str]:
     return [*(f"agent.{k}={v}" for k, v in AGENT.items()), f"agent.tools.local.urls=[{kb_url}]"]
 
@@ -231,13 +243,9 @@ def main() -> None:
     from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
-    made = {k: getattr(args, k) for k in ("copy_steps", "copy_length", "copy_long_steps")}
-    made = piece(work / "copier", code_key(made, COPIER_CODE))
-    made = piece(work / "task", code_key({"kb": args.kb}, TASK_CODE), made)
-    warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS}
-    made = piece(work / "warm", code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE), made)
-    shape = {k: getattr(args, k) for k in ("n", "rl_lr", "rl_kl", "eval_k")}
-    piece(work / "arms", code_key(shape, ARMS_CODE), made)
+    made = None
+    for name, key in piece_keys(args).items():
+        made = piece(work / name, key, made)
     kb = ensure_sample_kb(Path(args.kb))
     # the reward function and the task's modules are imported by the runs' own processes
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
