@@ -90,7 +90,9 @@ WARM_CODE = (
     "setup.py",
     *(f"benchmarks/{name}.py" for name in ("decision_teacher", "decision_reward", "learn_to_search")),
 )
-ARMS_CODE = (*WARM_CODE, *(f"benchmarks/{name}.py" for name in ("decision_behaviour", "learn_search_decisions")))
+# the arms run train_rl, sampled_eval and the unrelated KB (learn_to_search.py) with the settings `rl_plan` names in
+# their key; this script's table and chart are not in it, so they can change without running RL again
+ARMS_CODE = (*WARM_CODE, "benchmarks/decision_behaviour.py")
 TEACHER_FLAGS = ["--k", "1", "--read-phrase", "--cue-copies"]
 SFT_SETTINGS = {"train.batch_size": 4, "train.micro_batch_size": 4, "train.seed": 1, "adam.lr": 5e-4}
 UPDATE_KEYS = ("reward", "group_reward_std", "searches", "accesses", "invalid_actions", "turns")
@@ -119,7 +121,7 @@ def piece_keys(args) -> dict[str, dict]:
         "copier": code_key(copier, COPIER_CODE),
         "task": code_key({"kb": args.kb}, TASK_CODE),
         "warm": code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE),
-        "arms": code_key({k: getattr(args, k) for k in ("n", "rl_lr", "rl_kl", "eval_k")}, ARMS_CODE),
+        "arms": code_key({"rl": rl_plan(args), "agent": AGENT, "eval_k": args.eval_k}, ARMS_CODE),
     }
 
 
@@ -191,12 +193,23 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
     return model
 
 
+def rl_plan(args) -> dict:
+    """An RL run's settings besides the warm start, the prompts, the KB's address and the seed."""
+    return {
+        "n": args.n,
+        "train_batch": ROLLOUT_BATCH * args.n // 2,  # two optimizer steps per rollout batch, as learn_to_search.py
+        "lr": args.rl_lr,
+        "episodes": 1,
+        "last": ["scheduler.max_staleness=1", *kl_sets(args.rl_kl)],
+    }
+
+
 def rl(work: Path, model: Path, prompts: Path, url: str, seed: int, args, load: bool) -> Path:
     # float32, the harness's default: on a CPU without bf16 units (the AVX2 EPYC) a bf16 optimizer step of 16 of
     # these sequences took 46-109 s
-    last = ["scheduler.max_staleness=1", *kl_sets(args.rl_kl)]
-    train_batch = ROLLOUT_BATCH * args.n // 2  # two optimizer steps per rollout batch, as learn_to_search.py
-    return train_rl(work, seed, load, agent_sets(url), model, prompts, args.n, train_batch, args.rl_lr, 1, last)
+    plan = rl_plan(args)
+    return train_rl(work, seed, load, agent_sets(url), model, prompts, plan["n"], plan["train_batch"], plan["lr"],
+                    plan["episodes"], plan["last"])  # fmt: skip
 
 
 def evaluate(model: Path, questions: Path, url: str, out: Path, k: int) -> dict:
@@ -323,7 +336,7 @@ def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple
     per-question gain (mean over seeds) resampled by article."""
     after = [r["eval"][kind]["f1"] for r in arm_runs]
     before = [r["eval"][kind]["f1"] for r in start_runs]
-    stats = paired_t(before, after) if len(after) > 1 else {"mean": after[0] - before[0], "sd": 0.0, "t": float("nan")}
+    stats = paired_t(before, after) if len(after) > 1 else None
     diffs, clusters = [], []
     for q, (_, title) in start_runs[0]["eval"][kind]["questions"].items():
         pairs = [(a["eval"][kind]["questions"], s["eval"][kind]["questions"]) for a, s in zip(arm_runs, start_runs)]
@@ -332,6 +345,9 @@ def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple
             diffs.append(statistics.mean(mine))
             clusters.append(title)
     low, high = clustered_interval(diffs, clusters)
+    if stats is None:  # one seed: no spread over seeds, no t
+        stats = {"mean": after[0] - before[0], "sd": None, "t": None}
+        return f"{stats['mean']:+.3f} [{low:+.3f}, {high:+.3f}]", "-", stats
     return f"{stats['mean']:+.3f} ± {stats['sd']:.3f} [{low:+.3f}, {high:+.3f}]", f"{stats['t']:.1f}", stats
 
 
@@ -349,9 +365,9 @@ def table_rows(runs: dict) -> list[list]:
                     f"{statistics.mean(e['reads_when_not'] for e in evals):.2f}"
                 )
             second = f"{statistics.mean(e['second_search'] for e in evals):.2f}" if kind == "both" else ""
-            sd = statistics.stdev(f1) if len(f1) > 1 else 0.0
+            spread = f" ± {statistics.stdev(f1):.3f}" if len(f1) > 1 else ""
             rows.append([
-                label if kind == "all" else "", kind, f"{statistics.mean(f1):.3f} ± {sd:.3f}", gain, t, len(f1),
+                label if kind == "all" else "", kind, f"{statistics.mean(f1):.3f}{spread}", gain, t, len(f1),
                 f"{statistics.mean(e['searches'] for e in evals):.2f}",
                 f"{statistics.mean(e['page_reads'] for e in evals):.2f}", reads, second,
                 f"{statistics.mean(e['valid_actions'] for e in evals):.3f}",

@@ -41,6 +41,14 @@ def test_the_interval_resamples_articles_from_per_question_gains():
     assert cell.endswith("[+0.000, +0.300]")
 
 
+def test_one_seed_states_no_spread_and_no_t():
+    one = {arm: r[:1] for arm, r in runs().items()}
+    rows = table_rows(one)
+    rl = rows[len(KINDS)]
+    assert rl[2] == "0.300" and rl[4] == "-" and rl[5] == 1  # seed 1: 0.2 -> 0.3
+    assert rl[3].startswith("+0.100 [") and "±" not in rl[3]
+
+
 def test_each_arm_has_its_rows_with_kind_all_first():
     rows = table_rows(runs())
     assert [r[1] for r in rows] == list(KINDS) * len(LABELS)
