@@ -75,12 +75,13 @@ AGENT = {
     "reward.metric": "f1",
     "reward.function": "benchmarks.decision_reward:score",
 }
-# the code each piece runs: a change in it starts that piece, and the pieces made from it, over
+# the code each piece runs: a change in it starts that piece, and the pieces made from it, over; this script's part
+# in a piece is the settings it passes, named in the piece's key (`piece_keys`) instead of the script
 COPIER_CODE = ("benchmarks/copy_skill.py", "asearcher_plugin/engines/tiny_model.py", "constraints", "pyproject.toml",
                "setup.py")  # fmt: skip
 TASK_CODE = ("benchmarks/decision_task.py", "benchmarks/search_task.py", "local_retriever")
 # the warm start runs the plugin (the agent, sft-data, sft) and the teacher, and keeps the teacher's trajectories by
-# the reward; this script's part in it is the settings below, named in the piece's key instead of the script
+# the reward
 WARM_CODE = (
     "asearcher_plugin",
     "local_retriever",
@@ -93,7 +94,11 @@ WARM_CODE = (
 # the arms run train_rl, sampled_eval and the unrelated KB (learn_to_search.py) with the settings `rl_plan` names in
 # their key; this script's table and chart are not in it, so they can change without running RL again
 ARMS_CODE = (*WARM_CODE, "benchmarks/decision_behaviour.py")
+STUDENT_LAYERS = 4
+TASK_FLAGS = ["--warm-scale", "20", "--warm-per-kind", "330"]
 TEACHER_FLAGS = ["--k", "1", "--read-phrase", "--cue-copies"]
+SFT_DATA_FLAGS = ["--max-len", "2048", "--heldout", "0.1", "--min-reward", "0.8"]
+SFT_FLAGS = ["--cpu", "--cpu-float32"]
 SFT_SETTINGS = {"train.batch_size": 4, "train.micro_batch_size": 4, "train.seed": 1, "adam.lr": 5e-4}
 UPDATE_KEYS = ("reward", "group_reward_std", "searches", "accesses", "invalid_actions", "turns")
 LABELS = {
@@ -117,9 +122,10 @@ def piece_keys(args) -> dict[str, dict]:
     """Each piece's code and settings, in the order they are made: each is made from the one before."""
     copier = {k: getattr(args, k) for k in ("copy_steps", "copy_length", "copy_long_steps")}
     warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS}
+    warm.update(sft_data=SFT_DATA_FLAGS, sft_flags=SFT_FLAGS)
     return {
-        "copier": code_key(copier, COPIER_CODE),
-        "task": code_key({"kb": args.kb}, TASK_CODE),
+        "copier": code_key({**copier, "layers": STUDENT_LAYERS}, COPIER_CODE),
+        "task": code_key({"kb": args.kb, "flags": TASK_FLAGS}, TASK_CODE),
         "warm": code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE),
         "arms": code_key({"rl": rl_plan(args), "agent": AGENT, "eval_k": args.eval_k}, ARMS_CODE),
     }
@@ -151,7 +157,7 @@ def student(work: Path, args) -> Path:
     if not (copier / "config.json").is_file():
         if not (short / "config.json").is_file():
             if not (work / "random" / "config.json").is_file():
-                make_tiny_model(work / "random", layers=4)
+                make_tiny_model(work / "random", layers=STUDENT_LAYERS)
             alone([sys.executable, str(ROOT / "benchmarks" / "copy_skill.py"), str(work / "random"),
                    str(short), "--steps", str(args.copy_steps)], work / "copy_skill.log")  # fmt: skip
         longer = ["--steps", str(args.copy_long_steps), "--max-length", str(args.copy_length)]
@@ -163,7 +169,7 @@ def student(work: Path, args) -> Path:
 def task(out: Path, kb: Path, copier: Path) -> Path:
     if not (out / "heldout.jsonl").is_file():
         sh([sys.executable, str(ROOT / "benchmarks" / "decision_task.py"), str(kb), str(copier), str(out),
-            "--warm-scale", "20", "--warm-per-kind", "330"], out / "task.log")  # fmt: skip
+            *TASK_FLAGS], out / "task.log")  # fmt: skip
     return out
 
 
@@ -177,8 +183,8 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
         sh([sys.executable, str(ROOT / "benchmarks" / "decision_teacher.py"), str(questions / "train.jsonl"),
             str(copier), url, str(work / "teacher"), "--agent-config", str(agent), *TEACHER_FLAGS,
             *as_flags(agent_sets(url))], work / "teacher.log")  # fmt: skip
-    sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), "--max-len", "2048", "--heldout",
-        "0.1", "--min-reward", "0.8"], work / "sft-data.log")  # fmt: skip
+    sh([*CLI, "sft-data", str(work / "teacher"), "--out", str(work / "sft-data"), *SFT_DATA_FLAGS],
+       work / "sft-data.log")  # fmt: skip
     recipe = write_cpu_recipe(
         work / "warm.yaml",
         copier,
@@ -189,7 +195,7 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
         **SFT_SETTINGS,
         **SFT_OPTIMIZER,
     )
-    alone([*CLI, "sft", str(recipe), "--cpu", "--cpu-float32"], work / "sft.log")
+    alone([*CLI, "sft", str(recipe), *SFT_FLAGS], work / "sft.log")
     return model
 
 
