@@ -121,8 +121,8 @@ def piece(folder: Path, key: dict, made_from: dict | None = None) -> dict:
 def piece_keys(args) -> dict[str, dict]:
     """Each piece's code and settings, in the order they are made: each is made from the one before."""
     copier = {k: getattr(args, k) for k in ("copy_steps", "copy_length", "copy_long_steps")}
-    warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS}
-    warm.update(sft_data=SFT_DATA_FLAGS, sft_flags=SFT_FLAGS)
+    warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS,
+            "sft_data": SFT_DATA_FLAGS, "sft_flags": SFT_FLAGS}  # fmt: skip
     return {
         "copier": code_key({**copier, "layers": STUDENT_LAYERS}, COPIER_CODE),
         "task": code_key({"kb": args.kb, "flags": TASK_FLAGS}, TASK_CODE),
@@ -200,7 +200,8 @@ def warm_start(work: Path, copier: Path, questions: Path, url: str, args) -> Pat
 
 
 def rl_plan(args) -> dict:
-    """An RL run's settings besides the warm start, the prompts, the KB's address and the seed."""
+    """An RL run's settings besides the warm start, the prompts, the KB's address and the seed (`train_rl`'s
+    keywords)."""
     return {
         "n": args.n,
         "train_batch": ROLLOUT_BATCH * args.n // 2,  # two optimizer steps per rollout batch, as learn_to_search.py
@@ -213,9 +214,7 @@ def rl_plan(args) -> dict:
 def rl(work: Path, model: Path, prompts: Path, url: str, seed: int, args, load: bool) -> Path:
     # float32, the harness's default: on a CPU without bf16 units (the AVX2 EPYC) a bf16 optimizer step of 16 of
     # these sequences took 46-109 s
-    plan = rl_plan(args)
-    return train_rl(work, seed, load, agent_sets(url), model, prompts, plan["n"], plan["train_batch"], plan["lr"],
-                    plan["episodes"], plan["last"])  # fmt: skip
+    return train_rl(work, seed, load, agent_sets(url), model, prompts, **rl_plan(args))
 
 
 def evaluate(model: Path, questions: Path, url: str, out: Path, k: int) -> dict:
