@@ -296,9 +296,13 @@ def test_slow_loris_connections_are_closed_by_the_server(guarded_server):
     host, port = guarded_server.removeprefix("http://").split(":")
 
     async def loris(kind: str) -> bytes:
-        reader, writer = await asyncio.open_connection(host, int(port))
+        # Connected and the partial headers sent in one blocking step: the header deadline runs from the server's
+        # accept, and a client loop still opening the other connections (sharing the GIL with this in-process
+        # server) could otherwise send them after it, when the server rightly treats the connection as silent.
+        sock = socket.create_connection((host, int(port)))
         if kind != "silent":
-            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        reader, writer = await asyncio.open_connection(sock=sock)
 
         async def drip():  # one header byte every 0.2 s, never finishing the headers
             while kind == "drip":
