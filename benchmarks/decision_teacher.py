@@ -5,8 +5,8 @@ For each kind of `decision_task.py` question it acts as a careful searcher would
 - `Echo WORD?`: answers WORD at once (with `--cue-copies`, "Echo WORD");
 - `Word after WORD?`: searches WORD's question; answers from the result when it shows the next word, else opens the
   top result's page and answers from it;
-- `Article with W1 and W2?`: searches W1, then W2 (with `--cue-copies`, "with W1" and "and W2"), and answers the
-  title both results show.
+- `Article with W1 and W2?`: searches W1, then W2 (with `--cue-copies`, "with W1" and "and W2", its think text
+  naming no word: "the first word"), and answers the title both results show.
 
 A seeded share (`--mistakes`, 0.25) of (question, seed) pairs gets the decision wrong: a needless search before an
 echo, a page opened when the result already showed the word, an answer guessed without the page the question needs,
@@ -61,9 +61,11 @@ class DecisionTeacher(ReferencePolicy):
         # WORD in the result or page, the induction a copying model does (decision_reward scores the phrase's rest)
         self.read_phrase = read_phrase
         # every copy from the question written after the token it follows there, so induction makes it: an echo
-        # answered "Echo WORD", a `both` question's words searched "with W1" and "and W2" (stopwords to the KB's BM25,
-        # so the results are those of W1 and W2). Without a cue the student garbled the second word (`<search> Gra
-        # </search>` for Grauman) and gave an echo's answer from the system prompt.
+        # answered (or, by mistake, searched) "Echo WORD", a `both` question's words searched "with W1" and "and W2"
+        # (stopwords to the KB's BM25, so the results are those of W1 and W2), and no copy in the think text ("the
+        # first word"). Without a cue the student garbled the second word (`<search> Gra </search>` for Grauman) and
+        # gave an echo's answer from the system prompt; the words its think text named uncued got 0.00-0.12 of its
+        # probability on held-out teacher text, and sampled, turned the next action to garble.
         self.cue_copies = cue_copies
 
     def _read_answer(self, word: str, after: str) -> str:
@@ -81,7 +83,8 @@ class DecisionTeacher(ReferencePolicy):
         searches = _count(history, "search")
         if kind == "none":
             if mistaken and not searches:
-                return f"{opening}I will search for it first.</think>\n<search> {words[0]} </search>"
+                query = f"Echo {words[0]}" if self.cue_copies else words[0]
+                return f"{opening}I will search for it first.</think>\n<search> {query} </search>"
             answer = f"Echo {words[0]}" if self.cue_copies else words[0]
             return f"{opening}The answer is in the question.</think>\n<answer> {answer} </answer>"
         if kind == "read":
@@ -105,8 +108,11 @@ class DecisionTeacher(ReferencePolicy):
             return f"{opening}I guess without reading the page.</think>\n<answer> {answer} </answer>"
         if kind == "both":
             if searches < (1 if mistaken else 2):
-                query = f"{('with', 'and')[searches]} {words[searches]}" if self.cue_copies else words[searches]
-                return f"{opening}I will search for {words[searches]}.</think>\n<search> {query} </search>"
+                word = words[searches]
+                if self.cue_copies:
+                    which, query = ("first", "second")[searches], f"{('with', 'and')[searches]} {word}"
+                    return f"{opening}I will search for the {which} word.</think>\n<search> {query} </search>"
+                return f"{opening}I will search for {word}.</think>\n<search> {word} </search>"
             seen = [{t for t, _ in _RESULT.findall(b)} for b in blocks]
             common = set.intersection(*seen) if len(seen) > 1 else set()
             answer = sorted(common)[0] if common else (sorted(seen[0])[0] if seen and seen[0] else "unknown")

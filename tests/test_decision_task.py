@@ -169,7 +169,7 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(
     from asearcher_plugin.eval.runner import run_eval
     from asearcher_plugin.settings.config import AgentConfig
     from benchmarks.decision_behaviour import task_f1
-    from benchmarks.decision_teacher import DecisionTeacher
+    from benchmarks.decision_teacher import DecisionTeacher, kind_of
 
     config = AgentConfig.model_validate(
         {
@@ -208,4 +208,16 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(
     written = [re.findall(r"<search> (.*?) </search>", r["text"].partition("Assistant:")[2]) for r in by["both"]]
     queries = {q.split()[0] for qs in written for q in qs}
     assert echoes == {cue_copies} and (queries <= {"with", "and"}) == cue_copies
+    # cued, no think text names a word of the question (a copy with no cue: the student garbled those) and a
+    # needless search before an echo is cued too
+    named = {
+        any(word in thought for word in kind_of(r["question"])[1])
+        for r in rows
+        for thought in re.findall(r"<think>(.*?)</think>", r["text"].partition("Assistant:")[2], re.S)
+    }
+    assert (True in named) != cue_copies
+    searched_echoes = [
+        q for r in by["none"] for q in re.findall(r"<search> (.*?) </search>", r["text"].partition("Assistant:")[2])
+    ]
+    assert searched_echoes and {q.split()[0] == "Echo" for q in searched_echoes} == {cue_copies}
     assert all(r["reward"] > 0.9 for r in by["none"] if r["logs"]["searches"] == 0)  # the cue is not scored
