@@ -17,8 +17,8 @@ train the copy skill again), with what each took on the 2-core AVX2 EPYC:
    (30 s);
 3. `warm/`: the teacher (`decision_teacher.py`: each kind's decisions, a quarter wrong on purpose, every copy from
    the question written after the token it follows there: `read` answered "WORD next", an echo "Echo WORD",
-   searches "with W1") -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft --cpu` (6 epochs, float32):
-   one warm start (27 min);
+   searches "with W1", and none in its think text) -> `asearcher sft-data` (reward at least 0.8) -> `asearcher sft
+   --cpu` (6 epochs, float32): one warm start (27 min);
 4. `arms/`: held-out evaluation (`asearcher eval --hf-model`, k samples at temperature 1) of (a) the warm start, then
    per seed, side by side, (b) `asearcher train --cpu` RL from it (real vLLM, OpenRLHF's trainer, the streaming
    scheduler, the decision reward) and (c) the control, the same run with engines that never load the broadcast
