@@ -341,7 +341,6 @@ def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple
     per-question gain (mean over seeds) resampled by article."""
     after = [r["eval"][kind]["f1"] for r in arm_runs]
     before = [r["eval"][kind]["f1"] for r in start_runs]
-    stats = paired_t(before, after) if len(after) > 1 else None
     diffs, clusters = [], []
     for q, (_, title) in start_runs[0]["eval"][kind]["questions"].items():
         pairs = [(a["eval"][kind]["questions"], s["eval"][kind]["questions"]) for a, s in zip(arm_runs, start_runs)]
@@ -350,9 +349,10 @@ def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple
             diffs.append(statistics.mean(mine))
             clusters.append(title)
     low, high = clustered_interval(diffs, clusters)
-    if stats is None:  # one seed: no spread over seeds, no t
-        stats = {"mean": after[0] - before[0], "sd": None, "t": None}
-        return f"{stats['mean']:+.3f} [{low:+.3f}, {high:+.3f}]", "-", stats
+    if len(after) == 1:  # one seed: no spread over seeds, no t
+        gain = after[0] - before[0]
+        return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]", "-", {"mean": gain, "sd": None, "t": None}
+    stats = paired_t(before, after)
     return f"{stats['mean']:+.3f} ± {stats['sd']:.3f} [{low:+.3f}, {high:+.3f}]", f"{stats['t']:.1f}", stats
 
 

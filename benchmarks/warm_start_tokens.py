@@ -45,7 +45,7 @@ def answer_span(ids: list[int], open_id: int, close_id: int) -> tuple[int, int]:
 def summarise(rows: list[dict], tokenizer, model) -> tuple[dict, list]:
     open_id, close_id = tokenizer.convert_tokens_to_ids(["<answer>", "</answer>"])
     per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    pairs, total = Counter(), 0.0
+    pairs = Counter()
     for row in rows:
         ids, mask = row["input_ids"], row["loss_mask"]
         kind = kind_of(question_of(tokenizer.decode(ids)))[0]
@@ -54,7 +54,6 @@ def summarise(rows: list[dict], tokenizer, model) -> tuple[dict, list]:
         names = tokenizer.convert_ids_to_tokens(ids)
         for i in taught:
             pairs[(names[i - 1], names[i])] -= logp[i]
-            total -= logp[i]
         start, end = answer_span(ids, open_id, close_id)
         stats = per_kind[kind]
         stats["whole"].append(math.exp(sum(logp[i] for i in taught)))
@@ -65,6 +64,7 @@ def summarise(rows: list[dict], tokenizer, model) -> tuple[dict, list]:
         kind: {"trajectories": len(s["whole"]), **{k: sum(v) / len(v) for k, v in s.items()}}
         for kind, s in sorted(per_kind.items())
     }
+    total = sum(pairs.values())
     return table, [(pair, loss / total) for pair, loss in pairs.most_common()]
 
 
