@@ -8,6 +8,11 @@ minutes on random token strings shown twice, the classic task that grows inducti
 second showing is scored), at the lengths of a transcript. Nothing of the search task is in it: no question, no KB
 text, no title.
 
+With `--recall`, a share of the steps is associative recall with overwrites instead: random key-value pairs, then
+some keys again with new values, then every key, to be followed by its latest value. A transcript shows a word more
+than once before the copy that matters (the question, the query made of it, then the result or page holding the word
+after it): copying what followed its latest showing, as a pretrained LM's recency favours, is the one right there.
+
 `python benchmarks/copy_skill.py MODEL_DIR OUT_DIR` writes the model with the skill (and prints its copy accuracy).
 """
 
@@ -29,6 +34,40 @@ def copy_batch(generator, vocab: list[int], batch: int, length: int):
     return torch.cat([half, half], dim=1)
 
 
+def recall_batch(generator, vocab: list[int], batch: int, pairs: int):
+    """`batch` sequences of `pairs` random key-value pairs, then half of the keys again with new values, then every key
+    in a random order followed by its latest value; returns the ids and the positions whose next token is scored (the
+    last part's keys)."""
+    import torch
+
+    rows, scored = [], []
+    for _ in range(batch):
+        picks = torch.randperm(len(vocab), generator=generator)[: 2 * pairs]
+        keys, values = picks[:pairs], picks[pairs:]
+        again = torch.randperm(pairs, generator=generator)[: pairs // 2]
+        latest = values.clone()
+        latest[again] = torch.randint(len(vocab), (len(again),), generator=generator)
+        order = torch.randperm(pairs, generator=generator)
+        first = torch.stack([keys, values], 1).flatten()
+        second = torch.stack([keys[again], latest[again]], 1).flatten()
+        asked = torch.stack([keys[order], latest[order]], 1).flatten()
+        rows.append(torch.tensor(vocab)[torch.cat([first, second, asked])])
+        start = len(first) + len(second)
+        scored.append(torch.arange(start, start + len(asked), 2))
+    return torch.stack(rows), torch.stack(scored)
+
+
+def scored_loss(model, ids, positions):
+    """Cross-entropy of the token after each of `positions` (per row), the vocabulary projected only there."""
+    import torch
+    import torch.nn.functional as F
+
+    hidden = model.model(input_ids=ids).last_hidden_state
+    rows = torch.arange(ids.size(0)).unsqueeze(1)
+    logits = model.lm_head(hidden[rows, positions])
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[rows, positions + 1].reshape(-1))
+
+
 def repeat_loss(model, ids, length: int):
     """Cross-entropy of the second showing after its first token (the first showing cannot be predicted; its repeat
     can). The vocabulary projection runs only at the scored positions: on the full sequence it took 40% of a step
@@ -41,7 +80,8 @@ def repeat_loss(model, ids, length: int):
 
 
 def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560, lengths=(8, 160), lr: float = 2e-3,
-               seed: int = 0) -> dict:  # fmt: skip
+               seed: int = 0, recall: float = 0.0) -> dict:  # fmt: skip
+    """`recall`: the share of steps that are associative recall (`recall_batch`) at the same token count."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -62,8 +102,13 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
         # strings of every length up to an agent transcript's: copies at distances of a few tokens to a few hundred
         # (a model trained on short strings only did not copy at the distances of a transcript)
         length = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=gen))
-        ids = copy_batch(gen, vocab, max(2, tokens // (2 * length)), length)
-        loss = repeat_loss(model, ids, length)
+        if recall and float(torch.rand(1, generator=gen)) < recall:
+            pairs = max(4, 2 * length // 5)  # 5 tokens a pair, about the copy batch's 2 x length
+            ids, positions = recall_batch(gen, vocab, max(2, tokens // (5 * pairs)), pairs)
+            loss = scored_loss(model, ids, positions)
+        else:
+            ids = copy_batch(gen, vocab, max(2, tokens // (2 * length)), length)
+            loss = repeat_loss(model, ids, length)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -75,14 +120,28 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
     with torch.no_grad():
         pred = model(input_ids=ids).logits.argmax(-1)
     accuracy = (pred[:, length:-1] == ids[:, length + 1 :]).float().mean().item()
+    if recall:
+        pairs = 2 * length // 5
+        ids, positions = recall_batch(torch.Generator().manual_seed(seed + 2), vocab, 16, pairs)
+        with torch.no_grad():
+            pred = model(input_ids=ids).logits.argmax(-1)
+        rows = torch.arange(ids.size(0)).unsqueeze(1)
+        right = pred[rows, positions] == ids[rows, positions + 1]
+        # a key given a new value was shown twice: its latest value is right, its first the recency error
+        again = ids[:, 2 * pairs : 2 * pairs + 2 * (pairs // 2) : 2]
+        twice = (ids[rows, positions].unsqueeze(2) == again.unsqueeze(1)).any(2)
+        recall_report = {"recall_accuracy": round(right.float().mean().item(), 4),
+                         "recall_accuracy_overwritten": round(right[twice].float().mean().item(), 4)}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     for extra in model_dir.glob("*.json"):  # the random-weights marker stays out: these weights are trained
         if not (out / extra.name).exists() and "random" not in extra.name:
             shutil.copy(extra, out / extra.name)
-    report = {"steps": steps, "tokens": tokens, "lengths": list(lengths), "lr": lr}
+    report = {"steps": steps, "tokens": tokens, "lengths": list(lengths), "lr": lr, "recall": recall}
     report["copy_accuracy"] = round(accuracy, 4)
+    if recall:
+        report.update(recall_report)
     (out / "copy_skill.json").write_text(json.dumps(report) + "\n")
     return report
 
@@ -97,8 +156,10 @@ def main() -> None:
         "--max-length", type=int, default=160, help="the longest string copied, so the farthest copy in tokens: a "
         "model trained to 160 copied 99.5% at 160 tokens, 53% at 320 and 2% at 640 (measured)"
     )  # fmt: skip
+    ap.add_argument("--recall", type=float, default=0.0, help="the share of steps that are associative recall")
     args = ap.parse_args()
-    report = train_copy(args.model_dir, args.out, args.steps, lr=args.lr, lengths=(8, args.max_length))
+    report = train_copy(args.model_dir, args.out, args.steps, lr=args.lr, lengths=(8, args.max_length),
+                        recall=args.recall)  # fmt: skip
     print(json.dumps(report))
 
 
