@@ -9,16 +9,22 @@ on its rest, as the task's reward scores it (`decision_reward.stated_word`). Per
 seeds) with its article goes with it, for the interval resampled by article (`paired_stats.clustered_interval`).
 
 Only scored rows count (`status` ok): a trajectory the infrastructure failed says nothing about the policy.
+
+`python benchmarks/decision_behaviour.py EVAL_DIR TASK_ROWS` prints it as a table, one row per kind.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
-from asearcher_plugin.rewards.reward import f1_score, parse_gold
-from benchmarks.decision_reward import stated_word
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from asearcher_plugin.rewards.reward import f1_score, parse_gold  # noqa: E402
+from benchmarks.decision_reward import stated_word  # noqa: E402
 
 KINDS = ("all", "read", "both", "none")
 
@@ -80,3 +86,33 @@ def summarise(rows: list[dict], items: dict[str, dict]) -> dict[str, dict]:
             row["second_search"] = _share([r["logs"]["searches"] >= 2 for r in mine])
         out[kind] = row
     return out
+
+
+def table(summary: dict[str, dict]) -> str:
+    """One row per kind: trajectories, F1, searches and page reads per trajectory, the kinds' decisions, valid
+    actions."""
+
+    def cell(value) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    lines = ["| kind | trajectories | F1 | searches | page reads | pages read: needed / not | second search | valid "
+             "actions |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for kind, row in summary.items():
+        reads = f"{cell(row['reads_when_needed'])} / {cell(row['reads_when_not'])}" if kind == "read" else ""
+        lines.append(
+            f"| {kind} | {row['trajectories']} | {row['f1']:.3f} | {row['searches']:.2f} | {row['page_reads']:.2f} | "
+            f"{reads} | {cell(row.get('second_search'))} | {row['valid_actions']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("eval_dir", type=Path, help="an `asearcher eval` folder")
+    ap.add_argument("task_rows", type=Path, help="the decision task's rows it was run on (decision_task.py)")
+    args = ap.parse_args()
+    print(table(summarise(*load(args.eval_dir, args.task_rows))))
+
+
+if __name__ == "__main__":
+    main()

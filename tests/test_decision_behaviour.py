@@ -77,3 +77,22 @@ def test_it_reads_an_eval_folder_and_the_task_rows(tmp_path):
     (tmp_path / "heldout.jsonl").write_text("".join(json.dumps(i) + "\n" for i in ITEMS.values()))
     rows, items = load(tmp_path, tmp_path / "heldout.jsonl")
     assert summarise(rows, items) == summarise(ROWS, ITEMS)
+
+
+def test_the_command_prints_one_row_per_kind_with_each_kinds_decisions(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (tmp_path / "heldout.jsonl").write_text("".join(json.dumps(i) + "\n" for i in ITEMS.values()))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "decision_behaviour.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path), str(tmp_path / "heldout.jsonl")],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("| kind | trajectories | F1 | searches | page reads | pages read: needed / not |")
+    cells = {line.split(" | ")[0].strip("| "): line.strip("|").split("|") for line in lines[2:]}
+    assert list(cells) == ["all", "read", "both", "none"]
+    assert [c.strip() for c in cells["read"]] == ["read", "4", "0.750", "1.00", "0.75", "0.50 / 1.00", "", "0.91"]
+    assert [c.strip() for c in cells["both"]][5:7] == ["", "0.50"]
+    assert [c.strip() for c in cells["none"]][1:3] == ["2", "1.000"]
