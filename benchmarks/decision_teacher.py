@@ -8,6 +8,11 @@ For each kind of `decision_task.py` question it acts as a careful searcher would
 - `Article with W1 and W2?`: searches W1, then W2 (with `--cue-copies`, "with W1" and "and W2", its think text
   naming no word: "the first word"), and answers the title both results show.
 
+Each action is written `<search> query</search>`: no space before the closing tag. With one, the student's tokenizer
+writes the space as a token of its own, which then preceded a closing tag in 98.5% of the teacher's text, so the
+student learnt it as "close the tag now": a lone space sampled inside a think text was followed by a closing tag
+(`<think>The result does not show </access>`), an invalid action.
+
 A seeded share (`--mistakes`, 0.25) of (question, seed) pairs gets the decision wrong: a needless search before an
 echo, a page opened when the result already showed the word, an answer guessed without the page the question needs,
 an answer after one search of two. The first two cost only the tool charge of `decision_reward.py`; the last two are
@@ -84,39 +89,39 @@ class DecisionTeacher(ReferencePolicy):
         if kind == "none":
             if mistaken and not searches:
                 query = f"Echo {words[0]}" if self.cue_copies else words[0]
-                return f"{opening}I will search for it first.</think>\n<search> {query} </search>"
+                return f"{opening}I will search for it first.</think>\n<search> {query}</search>"
             answer = f"Echo {words[0]}" if self.cue_copies else words[0]
-            return f"{opening}The answer is in the question.</think>\n<answer> {answer} </answer>"
+            return f"{opening}The answer is in the question.</think>\n<answer> {answer}</answer>"
         if kind == "read":
             after = re.compile(rf"\b{re.escape(words[0])}[ ,;:]{{1,2}}([A-Za-z]+)\b")
             if not searches:
-                return f"{opening}I will search for the word.</think>\n<search> {question} </search>"
+                return f"{opening}I will search for the word.</think>\n<search> {question}</search>"
             if len(blocks) > 1 and (read := after.search(blocks[-1])):
                 answer = self._read_answer(words[0], read.group(1))
-                return f"{opening}The page shows the word after it.</think>\n<answer> {answer} </answer>"
+                return f"{opening}The page shows the word after it.</think>\n<answer> {answer}</answer>"
             shown = after.search(blocks[0]) if blocks else None
             titles = _RESULT.findall(blocks[0]) if blocks else []
             open_page = not shown if not mistaken else bool(shown)  # a mistake: the other choice
             if open_page and titles and not _count(history, "access"):
                 note = "The result does not show the word after it" if not shown else "I will check the page"
-                return f"{opening}{note}; I will read the page.</think>\n<access> {titles[0][0]} </access>"
+                return f"{opening}{note}; I will read the page.</think>\n<access> {titles[0][0]}</access>"
             if shown:
                 answer = self._read_answer(words[0], shown.group(1))
-                return f"{opening}The result shows the word after it.</think>\n<answer> {answer} </answer>"
+                return f"{opening}The result shows the word after it.</think>\n<answer> {answer}</answer>"
             guess = next(iter(re.findall(r"\b[A-Z][a-z]{3,}\b", blocks[0] if blocks else "")), "unknown")
             answer = self._read_answer(words[0], guess)
-            return f"{opening}I guess without reading the page.</think>\n<answer> {answer} </answer>"
+            return f"{opening}I guess without reading the page.</think>\n<answer> {answer}</answer>"
         if kind == "both":
             if searches < (1 if mistaken else 2):
                 word = words[searches]
                 if self.cue_copies:
                     which, query = ("first", "second")[searches], f"{('with', 'and')[searches]} {word}"
-                    return f"{opening}I will search for the {which} word.</think>\n<search> {query} </search>"
-                return f"{opening}I will search for {word}.</think>\n<search> {word} </search>"
+                    return f"{opening}I will search for the {which} word.</think>\n<search> {query}</search>"
+                return f"{opening}I will search for {word}.</think>\n<search> {word}</search>"
             seen = [{t for t, _ in _RESULT.findall(b)} for b in blocks]
             common = set.intersection(*seen) if len(seen) > 1 else set()
             answer = sorted(common)[0] if common else (sorted(seen[0])[0] if seen and seen[0] else "unknown")
-            return f"{opening}The title in both results.</think>\n<answer> {answer} </answer>"
+            return f"{opening}The title in both results.</think>\n<answer> {answer}</answer>"
         return super().reply(transcript, stops, sample_seed)
 
 

@@ -58,8 +58,10 @@ def summarise(rows: list[dict], tokenizer, model) -> tuple[dict, list]:
         stats = per_kind[kind]
         stats["whole"].append(math.exp(sum(logp[i] for i in taught)))
         stats["wrong"].append(sum(1 - math.exp(logp[i]) for i in taught))
-        stats["words"].append(math.exp(sum(logp[start : end - 1])))  # the words, before the close's space
-        stats["close"].append(math.exp(logp[end - 1] + logp[end]))
+        # the close: `</answer>`, with the space before it where the tokenizer wrote that as a token of its own
+        close = end - 1 if end > start and not tokenizer.decode([ids[end - 1]]).strip() else end
+        stats["words"].append(math.exp(sum(logp[start:close])))
+        stats["close"].append(math.exp(sum(logp[close : end + 1])))
     table = {
         kind: {"trajectories": len(s["whole"]), **{k: sum(v) / len(v) for k, v in s.items()}}
         for kind, s in sorted(per_kind.items())

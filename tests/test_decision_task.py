@@ -205,7 +205,7 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(
     searched = [r["reward"] for r in by["none"] if r["logs"]["searches"] == 1]
     assert searched and searched == pytest.approx([0.95] * len(searched))
     echoes = {r["answer"].split()[0] == "Echo" for r in by["none"]}
-    written = [re.findall(r"<search> (.*?) </search>", r["text"].partition("Assistant:")[2]) for r in by["both"]]
+    written = [re.findall(r"<search> (.*?)</search>", r["text"].partition("Assistant:")[2]) for r in by["both"]]
     queries = {q.split()[0] for qs in written for q in qs}
     assert echoes == {cue_copies} and (queries <= {"with", "and"}) == cue_copies
     # cued, no think text names a word of the question (a copy with no cue: the student garbled those) and a
@@ -217,7 +217,11 @@ def test_the_teacher_makes_each_kinds_decisions_with_its_share_of_mistakes(
     }
     assert (True in named) != cue_copies
     searched_echoes = [
-        q for r in by["none"] for q in re.findall(r"<search> (.*?) </search>", r["text"].partition("Assistant:")[2])
+        q for r in by["none"] for q in re.findall(r"<search> (.*?)</search>", r["text"].partition("Assistant:")[2])
     ]
     assert searched_echoes and {q.split()[0] == "Echo" for q in searched_echoes} == {cue_copies}
     assert all(r["reward"] > 0.9 for r in by["none"] if r["logs"]["searches"] == 0)  # the cue is not scored
+    # no space before a closing tag: the student's tokenizer writes it as a lone token that came to mean "close now"
+    actions = "".join(r["text"].partition("Assistant:")[2] for r in rows)
+    assert "</search>" in actions and "</access>" in actions and "</answer>" in actions
+    assert not re.search(r"\s</(search|access|answer)>", actions)

@@ -17,8 +17,8 @@ PROMPT = "A conversation.\n\nUser: Echo Ridley?\n\nAssistant: \n"
 REPLY = "<think>The answer is in the question.</think>\n<answer> Echo Ridley </answer>"
 
 
-def _row(tokenizer) -> tuple[dict, int]:
-    prompt, reply = tokenizer(PROMPT)["input_ids"], tokenizer(REPLY)["input_ids"]
+def _row(tokenizer, reply: str = REPLY) -> tuple[dict, int]:
+    prompt, reply = tokenizer(PROMPT)["input_ids"], tokenizer(reply)["input_ids"]
     return {"input_ids": prompt + reply, "loss_mask": [0] * len(prompt) + [1] * len(reply)}, len(reply)
 
 
@@ -63,6 +63,16 @@ def test_a_uniform_model_has_one_in_vocabulary_per_taught_token(tokenizer):
     assert table["none"]["words"] == pytest.approx(vocab**-words, rel=1e-4)
     assert table["none"]["close"] == pytest.approx(vocab**-2, rel=1e-4)
     assert len(pairs) <= taught and sum(share for _, share in pairs) == pytest.approx(1.0)
+
+
+def test_a_close_written_without_a_space_is_the_tag_alone(tokenizer):
+    row, taught = _row(tokenizer, REPLY.replace(" </answer>", "</answer>"))
+    vocab = len(tokenizer)
+    table, _ = summarise([row], tokenizer, _Uniform(vocab))
+    words = len(tokenizer(" Echo Ridley")["input_ids"])
+    assert tokenizer.convert_ids_to_tokens(row["input_ids"][-2:])[-1] == "</answer>"
+    assert table["none"]["words"] == pytest.approx(vocab**-words, rel=1e-4)
+    assert table["none"]["close"] == pytest.approx(1 / vocab, rel=1e-4)
 
 
 def test_a_model_unsure_where_the_answer_ends_loses_only_the_close(tokenizer):
