@@ -359,7 +359,8 @@ def gain_cells(arm_runs: list[dict], start_runs: list[dict], kind: str) -> tuple
         gain = after[0] - before[0]
         return f"{gain:+.3f} [{low:+.3f}, {high:+.3f}]", "-", {"mean": gain, "sd": None, "t": None}
     stats = paired_t(before, after)
-    return f"{stats['mean']:+.3f} ± {stats['sd']:.3f} [{low:+.3f}, {high:+.3f}]", f"{stats['t']:.1f}", stats
+    t = f"{stats['t']:.1f}" if stats["sd"] else "-"  # the same gain in every seed: no spread to scale it by
+    return f"{stats['mean']:+.3f} ± {stats['sd']:.3f} [{low:+.3f}, {high:+.3f}]", t, stats
 
 
 def table_rows(runs: dict) -> list[list]:
