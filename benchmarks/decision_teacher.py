@@ -9,9 +9,9 @@ For each kind of `decision_task.py` question it acts as a careful searcher would
   naming no word: "the first word"), and answers the title both results show.
 
 Each action is written `<search> query</search>`: no space before the closing tag. With one, the student's tokenizer
-writes the space as a token of its own, which then preceded a closing tag in 98.5% of the teacher's text, so the
-student learnt it as "close the tag now": a lone space sampled inside a think text was followed by a closing tag
-(`<think>The result does not show </access>`), an invalid action.
+writes the space as a token of its own, which then preceded a closing tag 1,947 times in 1,975 in the teacher's
+text, so the student learnt it as "close the tag now": a lone space sampled inside a think text was followed by a
+closing tag (`<think>The result does not show </access>`), an invalid action.
 
 A seeded share (`--mistakes`, 0.25) of (question, seed) pairs gets the decision wrong: a needless search before an
 echo, a page opened when the result already showed the word, an answer guessed without the page the question needs,
