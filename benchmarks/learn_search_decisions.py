@@ -94,6 +94,8 @@ WARM_CODE = (
 # (learn_to_search.py) with the settings `rl_plan` names in their key; what is read from their output (this script's
 # table and chart, decision_behaviour.py's summary) is not in it, so it can change without running RL again
 ARMS_CODE = (*WARM_CODE, "recipes/cpu_tiny.yaml")
+# Commits under the pieces' code declared not to change what a piece does (run_key.code_key's `neutral`), with why
+NEUTRAL = {"702bb8e": "decision_teacher.py's docstring only: a figure in it stated as a count"}
 STUDENT_LAYERS = 4
 TASK_FLAGS = ["--warm-scale", "20", "--warm-per-kind", "330"]
 TEACHER_FLAGS = ["--k", "1", "--read-phrase", "--cue-copies"]
@@ -124,10 +126,10 @@ def piece_keys(args) -> dict[str, dict]:
     warm = {"sft_epochs": args.sft_epochs, "agent": AGENT, "teacher": TEACHER_FLAGS, "sft": SFT_SETTINGS,
             "sft_data": SFT_DATA_FLAGS, "sft_flags": SFT_FLAGS}  # fmt: skip
     return {
-        "copier": code_key({**copier, "layers": STUDENT_LAYERS}, COPIER_CODE),
-        "task": code_key({"kb": args.kb, "flags": TASK_FLAGS}, TASK_CODE),
-        "warm": code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE),
-        "arms": code_key({"rl": rl_plan(args), "agent": AGENT, "eval_k": args.eval_k}, ARMS_CODE),
+        "copier": code_key({**copier, "layers": STUDENT_LAYERS}, COPIER_CODE, tuple(NEUTRAL)),
+        "task": code_key({"kb": args.kb, "flags": TASK_FLAGS}, TASK_CODE, tuple(NEUTRAL)),
+        "warm": code_key({**warm, "optimizer": SFT_OPTIMIZER}, WARM_CODE, tuple(NEUTRAL)),
+        "arms": code_key({"rl": rl_plan(args), "agent": AGENT, "eval_k": args.eval_k}, ARMS_CODE, tuple(NEUTRAL)),
     }
 
 
