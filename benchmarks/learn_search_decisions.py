@@ -50,11 +50,11 @@ from benchmarks.learn_to_search import (  # noqa: E402
     ROLLOUT_BATCH,
     SFT_OPTIMIZER,
     as_flags,
+    kb_servers,
     kl_sets,
     sampled_eval,
     sh,
     train_rl,
-    unrelated_kb,
 )
 from benchmarks.paired_stats import clustered_interval, paired_t  # noqa: E402
 from benchmarks.readme_table import publish  # noqa: E402
@@ -266,7 +266,6 @@ def main() -> None:
     args = ap.parse_args()
 
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
     made = None
@@ -275,12 +274,8 @@ def main() -> None:
     kb = ensure_sample_kb(Path(args.kb))
     # the reward function and the task's modules are imported by the runs' own processes
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    url, wrong_url = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
-    server = start_server(kb, args.port, "bm25")
-    wrong = unrelated_kb(url, args.port + 1)
     timings: dict[str, float] = {}
-    try:
-        wait_healthy(url, server)
+    with kb_servers(kb, args.port) as (url, wrong_url):
         t = time.time()
         copier = student(work / "copier", args)
         questions = task(work / "task", kb, copier)
@@ -313,9 +308,6 @@ def main() -> None:
             timings[f"seed{seed}_s"] = time.time() - t
             print(f"seed {seed}: F1 start {start['all']['f1']:.3f}, RL {b_eval['all']['f1']:.3f}, control "
                   f"{c_eval['all']['f1']:.3f}, unrelated KB {d_eval['all']['f1']:.3f}", flush=True)  # fmt: skip
-    finally:
-        server.terminate()
-        wrong.should_exit = True
     results = {"runs": runs, "timings": timings}
     plot(runs, ROOT / "benchmarks" / "results" / "learn_to_search.png")
     publish_table(results, args, questions)

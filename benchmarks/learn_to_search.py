@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,6 +130,23 @@ def unrelated_kb(real_url: str, port: int):
     while not server.started:
         time.sleep(0.05)
     return server
+
+
+@contextmanager
+def kb_servers(kb: Path, port: int):
+    """The sample KB's BM25 server on `port` and the unrelated KB in front of it on `port + 1`, while the block runs;
+    yields their URLs."""
+    from local_retriever.server_process import start_server, wait_healthy
+
+    url, wrong_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    server = start_server(kb, port, "bm25")
+    wrong = unrelated_kb(url, port + 1)
+    try:
+        wait_healthy(url, server)
+        yield url, wrong_url
+    finally:
+        server.terminate()
+        wrong.should_exit = True
 
 
 def train_rl(work: Path, seed: int, load: bool, first: list[str], model: Path, prompts: Path, n: int,
@@ -274,7 +292,6 @@ def main() -> None:
 
     from asearcher_plugin.engines.tiny_model import ensure_tiny_model
     from local_retriever.build import ensure_sample_kb
-    from local_retriever.server_process import start_server, wait_healthy
 
     work = Path(args.work).resolve()
     # what an earlier invocation left is kept only if the same commit made it with the same settings (seeds aside:
@@ -292,12 +309,8 @@ def main() -> None:
     args.eval_limit = min(args.eval_limit, len(held_q)) or len(held_q)
     for name, rows in (("train", sft_q), ("heldout", held_q), ("rl_prompts", rl_q[: args.rl_prompts])):
         (work / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    url, wrong_url = f"http://127.0.0.1:{args.port}", f"http://127.0.0.1:{args.port + 1}"
-    server = start_server(kb, args.port, "bm25")
-    wrong = unrelated_kb(url, args.port + 1)
     timings: dict[str, float] = {}
-    try:
-        wait_healthy(url, server)
+    with kb_servers(kb, args.port) as (url, wrong_url):
         sets = [x for s in agent_sets(url) for x in ("--set", s)]
         t = time.time()
         if not (work / "teacher" / "metrics.json").is_file():
@@ -354,9 +367,6 @@ def main() -> None:
             (work / "start_only.json").write_text(json.dumps(results, indent=1) + "\n")
             print(f"before SFT: {results['copier']}", flush=True)
             return
-    finally:
-        server.terminate()
-        wrong.should_exit = True
     results["timings"] = timings
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     plot(results, ROOT / "benchmarks" / "results" / "learn_to_use_search.png")
