@@ -95,7 +95,10 @@ WARM_CODE = (
 # table and chart, decision_behaviour.py's summary) is not in it, so it can change without running RL again
 ARMS_CODE = (*WARM_CODE, "recipes/cpu_tiny.yaml")
 # Commits under the pieces' code declared not to change what a piece does (run_key.code_key's `neutral`), with why
-NEUTRAL = {"702bb8e": "decision_teacher.py's docstring only: a figure in it stated as a count"}
+NEUTRAL = {
+    "702bb8e": "decision_teacher.py's docstring only: a figure in it stated as a count",
+    "72d5bcb": "learn_to_search.py: the two KB servers' start and stop moved into kb_servers, the same calls",
+}
 STUDENT_LAYERS = 4
 TASK_FLAGS = ["--warm-scale", "20", "--warm-per-kind", "330"]
 TEACHER_FLAGS = ["--k", "1", "--read-phrase", "--cue-copies"]
