@@ -316,7 +316,18 @@ def main() -> None:
     publish_table(results, args, questions)
 
 
+def smoothed(values: list[float | None], window: int = 5) -> list[float]:
+    """Each update's value as the mean over `window` updates centred on it (fewer at the ends; an update with no
+    value left out): one update holds 32 trajectories, too few to show a trend alone."""
+    half, out = window // 2, []
+    for i in range(len(values)):
+        near = [v for v in values[max(0, i - half) : i + half + 1] if v is not None]
+        out.append(statistics.mean(near) if near else float("nan"))
+    return out
+
+
 def plot(runs: dict, path: Path) -> None:
+    """Per update, each arm's mean over seeds (a line) and the seeds' range (a band), both smoothed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,11 +338,12 @@ def plot(runs: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(panels), figsize=(16, 3.6))
     for ax, (key, title) in zip(axes, panels):
         for arm, color in (("b", "tab:blue"), ("c", "tab:gray")):
-            for i, run in enumerate(runs[arm]):
-                values = [u[key] for u in run["updates"]]
-                ax.plot(range(1, len(values) + 1), values, color=color, alpha=0.7,
-                        label=LABELS[arm] if i == 0 else None)  # fmt: skip
-        ax.set_title(title)
+            curves = [smoothed([u[key] for u in run["updates"]]) for run in runs[arm]]
+            steps = range(1, min(map(len, curves)) + 1)
+            at = [[c[i - 1] for c in curves] for i in steps]
+            ax.fill_between(steps, [min(v) for v in at], [max(v) for v in at], color=color, alpha=0.2, lw=0)
+            ax.plot(steps, [statistics.mean(v) for v in at], color=color, label=f"{LABELS[arm]}, {len(curves)} seeds")
+        ax.set_title(f"{title}, 5-update mean")
         ax.set_xlabel("RL update")
     axes[0].legend(fontsize=7)
     fig.tight_layout()

@@ -1,13 +1,13 @@
 """The decision benchmark's table (benchmarks/learn_search_decisions.py) on evaluations written by hand: the gain is
 paired by seed, its interval resamples articles, and each arm's rows start with kind `all`; its pieces are kept
-each by its own key."""
+each by its own key; the chart's curves are centred moving means."""
 
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.decision_behaviour import KINDS
-from benchmarks.learn_search_decisions import LABELS, gain_cells, piece, table_rows
+from benchmarks.learn_search_decisions import LABELS, gain_cells, piece, smoothed, table_rows
 
 
 def evaluation(f1: float, questions: dict[str, tuple[float, str]]) -> dict:
@@ -73,3 +73,8 @@ def test_a_piece_is_kept_while_its_key_and_the_piece_it_was_made_from_are_unchan
     assert claim("c1", "t1") == ["copier", "task"]
     assert claim("c1", "t2") == ["copier"]  # the task's code changed: the copier stays
     assert claim("c2", "t2") == []  # the copier's code changed: the task, made from it, goes too
+
+
+def test_the_charts_curve_is_a_mean_centred_on_each_update_skipping_updates_without_a_value():
+    # window 3: [0, 10] -> 5, [0, 10, -] -> 5, [10, -, 20] -> 15, [-, 20, 40] -> 30, [20, 40] -> 30
+    assert smoothed([0.0, 10.0, None, 20.0, 40.0], window=3) == [5.0, 5.0, 15.0, 30.0, 30.0]
