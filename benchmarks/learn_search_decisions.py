@@ -316,9 +316,13 @@ def main() -> None:
     publish_table(results, args, questions)
 
 
-def smoothed(values: list[float | None], window: int = 5) -> list[float]:
+# updates per point of the chart: one update holds 32 trajectories, too few to show a trend alone
+CHART_WINDOW = 5
+
+
+def smoothed(values: list[float | None], window: int = CHART_WINDOW) -> list[float]:
     """Each update's value as the mean over `window` updates centred on it (fewer at the ends; an update with no
-    value left out): one update holds 32 trajectories, too few to show a trend alone."""
+    value left out)."""
     half, out = window // 2, []
     for i in range(len(values)):
         near = [v for v in values[max(0, i - half) : i + half + 1] if v is not None]
@@ -343,7 +347,7 @@ def plot(runs: dict, path: Path) -> None:
             at = [[c[i - 1] for c in curves] for i in steps]
             ax.fill_between(steps, [min(v) for v in at], [max(v) for v in at], color=color, alpha=0.2, lw=0)
             ax.plot(steps, [statistics.mean(v) for v in at], color=color, label=f"{LABELS[arm]}, {len(curves)} seeds")
-        ax.set_title(f"{title}, 5-update mean")
+        ax.set_title(f"{title}, {CHART_WINDOW}-update mean")
         ax.set_xlabel("RL update")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
