@@ -294,11 +294,12 @@ def make_tiny_model_cmd(
     out: str = typer.Option(None, "--out", help="folder to write the model and tokenizer to"),
     legacy_out: str = typer.Argument(None, hidden=True, help="deprecated: the folder as a positional"),
     seed: int = typer.Option(0, help="weight initialisation seed"),
+    layers: int = typer.Option(2, min=1, help="decoder layers (the decision task's student has 4)"),
 ):
     """A tiny random Qwen2-architecture model with a tokenizer trained on the bundled sample (no hub needed)."""
     from asearcher_plugin.engines.tiny_model import make_tiny_model
 
-    path = make_tiny_model(out_dir(out, legacy_out, "the positional output folder"), seed=seed)
+    path = make_tiny_model(out_dir(out, legacy_out, "the positional output folder"), seed=seed, layers=layers)
     typer.echo(str(path))
 
 
