@@ -98,6 +98,7 @@ ARMS_CODE = (*WARM_CODE, "recipes/cpu_tiny.yaml")
 NEUTRAL = {
     "702bb8e": "decision_teacher.py's docstring only: a figure in it stated as a count",
     "72d5bcb": "learn_to_search.py: the two KB servers' start and stop moved into kb_servers, the same calls",
+    "74afa03": "cli.py: make-tiny-model gains --layers (default 2, as before); the benchmark calls make_tiny_model",
 }
 STUDENT_LAYERS = 4
 TASK_FLAGS = ["--warm-scale", "20", "--warm-per-kind", "330"]
