@@ -1,8 +1,9 @@
 """Where a warm start loses the teacher's text: each token of held-out teacher trajectories scored by the model
 (teacher forcing), per question kind of the decision task.
 
-`python benchmarks/warm_start_tokens.py MODEL SFT_HELDOUT` (an `asearcher sft-data` file: `input_ids`,
-`loss_mask`) prints, per kind, the chance that sampling at temperature 1 writes the whole trajectory exactly, the
+`python benchmarks/warm_start_tokens.py MODEL SFT_HELDOUT TASK_ROWS` (an `asearcher sft-data` file: `input_ids`,
+`loss_mask`, `question_id`; and the decision task's rows its questions came from, for each question's kind) prints, per
+kind, the chance that sampling at temperature 1 writes the whole trajectory exactly, the
 wrong tokens it samples in one on average, the chance of the final answer's words and of its close (" </answer>"),
 then the (previous token, token) pairs that carry the most of the loss. A pair the teacher writes with no cue in
 the context (a word its think text names) stands out as a large share at a small count.
@@ -19,11 +20,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.decision_teacher import kind_of  # noqa: E402
+
+def kinds_of(task_rows: Path) -> dict[str, str]:
+    """Each question's kind by its id (decision_task.py's rows)."""
+    rows = (json.loads(line) for line in task_rows.read_text().splitlines() if line.strip())
+    return {row["id"]: row["kind"] for row in rows}
 
 
-def question_of(text: str) -> str:
-    return text.partition("\nUser: ")[2].partition("\n")[0]
+def kind_of_row(row: dict, kinds: dict[str, str]) -> str:
+    """The kind of an sft-data row's question: its `question_id` is the eval's `dataset/id`."""
+    qid = str(row.get("question_id", "")).rpartition("/")[2]
+    if qid not in kinds:
+        raise ValueError(f"question {row.get('question_id')!r} is not in the task's rows: pass the rows it came from")
+    return kinds[qid]
 
 
 def scored(model, ids: list[int]) -> list[float]:
@@ -42,13 +51,13 @@ def answer_span(ids: list[int], open_id: int, close_id: int) -> tuple[int, int]:
     return start, ids.index(close_id, start)
 
 
-def summarise(rows: list[dict], tokenizer, model) -> tuple[dict, list]:
+def summarise(rows: list[dict], tokenizer, model, kinds: dict[str, str]) -> tuple[dict, list]:
     open_id, close_id = tokenizer.convert_tokens_to_ids(["<answer>", "</answer>"])
     per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     pairs = Counter()
     for row in rows:
         ids, mask = row["input_ids"], row["loss_mask"]
-        kind = kind_of(question_of(tokenizer.decode(ids)))[0]
+        kind = kind_of_row(row, kinds)
         logp = [0.0, *scored(model, ids)]
         taught = [i for i in range(1, len(ids)) if mask[i]]
         names = tokenizer.convert_ids_to_tokens(ids)
@@ -74,6 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
     ap.add_argument("heldout", type=Path, help="an `asearcher sft-data` file of teacher trajectories")
+    ap.add_argument("task_rows", type=Path, help="the decision task's rows they answered (its train.jsonl)")
     ap.add_argument("--top", type=int, default=12, help="how many (previous token, token) pairs to list")
     args = ap.parse_args()
     import torch
@@ -83,7 +93,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     rows = [json.loads(line) for line in args.heldout.read_text().splitlines() if line.strip()]
-    table, pairs = summarise(rows, tokenizer, model)
+    table, pairs = summarise(rows, tokenizer, model, kinds_of(args.task_rows))
     print("| kind | trajectories | P(whole trajectory) | wrong tokens sampled | P(answer words) | P(answer close) |")
     print("|---|---|---|---|---|---|")
     for kind, s in table.items():

@@ -19,7 +19,11 @@ REPLY = "<think>The answer is in the question.</think>\n<answer> Echo Ridley </a
 
 def _row(tokenizer, reply: str = REPLY) -> tuple[dict, int]:
     prompt, reply = tokenizer(PROMPT)["input_ids"], tokenizer(reply)["input_ids"]
-    return {"input_ids": prompt + reply, "loss_mask": [0] * len(prompt) + [1] * len(reply)}, len(reply)
+    row = {"input_ids": prompt + reply, "loss_mask": [0] * len(prompt) + [1] * len(reply), "question_id": "train/q1"}
+    return row, len(reply)
+
+
+KINDS = {"q1": "none"}  # the task's rows: the question's kind by its id
 
 
 class _Uniform:
@@ -54,7 +58,7 @@ class _Knows:
 def test_a_uniform_model_has_one_in_vocabulary_per_taught_token(tokenizer):
     row, taught = _row(tokenizer)
     vocab = len(tokenizer)
-    table, pairs = summarise([row], tokenizer, _Uniform(vocab))
+    table, pairs = summarise([row], tokenizer, _Uniform(vocab), KINDS)
     assert list(table) == ["none"] and table["none"]["trajectories"] == 1
     assert table["none"]["whole"] == pytest.approx(vocab**-taught, rel=1e-4)
     assert table["none"]["wrong"] == pytest.approx(taught * (1 - 1 / vocab), rel=1e-4)
@@ -68,7 +72,7 @@ def test_a_uniform_model_has_one_in_vocabulary_per_taught_token(tokenizer):
 def test_a_close_written_without_a_space_is_the_tag_alone(tokenizer):
     row, taught = _row(tokenizer, REPLY.replace(" </answer>", "</answer>"))
     vocab = len(tokenizer)
-    table, _ = summarise([row], tokenizer, _Uniform(vocab))
+    table, _ = summarise([row], tokenizer, _Uniform(vocab), KINDS)
     words = len(tokenizer(" Echo Ridley")["input_ids"])
     assert tokenizer.convert_ids_to_tokens(row["input_ids"][-2:])[-1] == "</answer>"
     assert table["none"]["words"] == pytest.approx(vocab**-words, rel=1e-4)
@@ -79,9 +83,17 @@ def test_a_model_unsure_where_the_answer_ends_loses_only_the_close(tokenizer):
     row, _ = _row(tokenizer)
     space = len(row["input_ids"]) - 2  # " </answer>" is the space token, then the tag
     model = _Knows(row["input_ids"], len(tokenizer), space, wrong=0.4)
-    table, pairs = summarise([row], tokenizer, model)
+    table, pairs = summarise([row], tokenizer, model, KINDS)
     s = table["none"]
     assert s["words"] == pytest.approx(1.0) and s["close"] == pytest.approx(0.6, rel=1e-4)
     assert s["whole"] == pytest.approx(0.6, rel=1e-4) and s["wrong"] == pytest.approx(0.4, rel=1e-4)
     before = tokenizer.convert_ids_to_tokens(row["input_ids"][space - 1])
     assert pairs[0] == ((before, "Ġ"), pytest.approx(1.0))  # the whole loss, on the close's space
+
+
+def test_the_kind_comes_from_the_task_row_and_an_unknown_question_is_named(tokenizer):
+    row, _ = _row(tokenizer)
+    table, _ = summarise([row], tokenizer, _Uniform(len(tokenizer)), {"q1": "read"})
+    assert list(table) == ["read"]  # the task's kind, not a guess from the prompt's text (an echo question)
+    with pytest.raises(ValueError, match="'train/q1' is not in the task's rows"):
+        summarise([row], tokenizer, _Uniform(len(tokenizer)), {"q2": "none"})
