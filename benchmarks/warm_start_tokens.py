@@ -2,11 +2,11 @@
 (teacher forcing), per question kind of the decision task.
 
 `python benchmarks/warm_start_tokens.py MODEL SFT_HELDOUT TASK_ROWS` (an `asearcher sft-data` file: `input_ids`,
-`loss_mask`, `question_id`; and the decision task's rows its questions came from, for each question's kind) prints, per
-kind, the chance that sampling at temperature 1 writes the whole trajectory exactly, the
-wrong tokens it samples in one on average, the chance of the final answer's words and of its close (" </answer>"),
-then the (previous token, token) pairs that carry the most of the loss. A pair the teacher writes with no cue in
-the context (a word its think text names) stands out as a large share at a small count.
+`loss_mask`, `question_id`; and the decision task's rows its questions came from, for each question's kind) prints,
+per kind, the chance that sampling at temperature 1 writes the whole trajectory exactly, the wrong tokens it samples
+in one on average, the chance of the final answer's words and of its close (" </answer>"), then the (previous token,
+token) pairs that carry the most of the loss. A pair the teacher writes with no cue in the context (a word its think
+text names) stands out as a large share at a small count.
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def kinds_of(task_rows: Path) -> dict[str, str]:
