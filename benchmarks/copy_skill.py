@@ -36,11 +36,11 @@ def copy_batch(generator, vocab: list[int], batch: int, length: int):
 
 def recall_batch(generator, vocab: list[int], batch: int, pairs: int):
     """`batch` sequences of `pairs` random key-value pairs, then half of the keys again with new values, then every key
-    in a random order followed by its latest value; returns the ids and the positions whose next token is scored (the
-    last part's keys)."""
+    in a random order followed by its latest value; returns the ids, the positions whose next token is scored (the
+    last part's keys) and which of those keys were shown twice (given a new value)."""
     import torch
 
-    rows, scored = [], []
+    rows, scored, overwritten = [], [], []
     for _ in range(batch):
         picks = torch.randperm(len(vocab), generator=generator)[: 2 * pairs]
         keys, values = picks[:pairs], picks[pairs:]
@@ -54,7 +54,10 @@ def recall_batch(generator, vocab: list[int], batch: int, pairs: int):
         rows.append(torch.tensor(vocab)[torch.cat([first, second, asked])])
         start = len(first) + len(second)
         scored.append(torch.arange(start, start + len(asked), 2))
-    return torch.stack(rows), torch.stack(scored)
+        twice = torch.zeros(pairs, dtype=torch.bool)
+        twice[again] = True
+        overwritten.append(twice[order])
+    return torch.stack(rows), torch.stack(scored), torch.stack(overwritten)
 
 
 def scored_loss(model, ids, positions):
@@ -104,7 +107,7 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
         length = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=gen))
         if recall and float(torch.rand(1, generator=gen)) < recall:
             pairs = max(4, 2 * length // 5)  # 5 tokens a pair, about the copy batch's 2 x length
-            ids, positions = recall_batch(gen, vocab, max(2, tokens // (5 * pairs)), pairs)
+            ids, positions, _ = recall_batch(gen, vocab, max(2, tokens // (5 * pairs)), pairs)
             loss = scored_loss(model, ids, positions)
         else:
             ids = copy_batch(gen, vocab, max(2, tokens // (2 * length)), length)
@@ -122,14 +125,12 @@ def train_copy(model_dir: Path, out: Path, steps: int = 800, tokens: int = 2560,
     accuracy = (pred[:, length:-1] == ids[:, length + 1 :]).float().mean().item()
     if recall:
         pairs = 2 * length // 5
-        ids, positions = recall_batch(torch.Generator().manual_seed(seed + 2), vocab, 16, pairs)
+        ids, positions, twice = recall_batch(torch.Generator().manual_seed(seed + 2), vocab, 16, pairs)
         with torch.no_grad():
             pred = model(input_ids=ids).logits.argmax(-1)
         rows = torch.arange(ids.size(0)).unsqueeze(1)
-        right = pred[rows, positions] == ids[rows, positions + 1]
         # a key given a new value was shown twice: its latest value is right, its first the recency error
-        again = ids[:, 2 * pairs : 2 * pairs + 2 * (pairs // 2) : 2]
-        twice = (ids[rows, positions].unsqueeze(2) == again.unsqueeze(1)).any(2)
+        right = pred[rows, positions] == ids[rows, positions + 1]
         recall_report = {"recall_accuracy": round(right.float().mean().item(), 4),
                          "recall_accuracy_overwritten": round(right[twice].float().mean().item(), 4)}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
