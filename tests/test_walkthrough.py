@@ -252,16 +252,11 @@ def loss_on(model_dir: Path, rows: list[dict]) -> float:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from benchmarks.warm_start_tokens import scored
+
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for row in rows:
-            ids = torch.tensor([row["input_ids"]])
-            logp = torch.log_softmax(model(ids).logits[0, :-1], -1)
-            picked = logp.gather(1, ids[0, 1:, None])[:, 0]
-            mask = torch.tensor(row["loss_mask"][1:], dtype=torch.bool)
-            total, count = total - picked[mask].sum().item(), count + int(mask.sum())
-    return total / count
+    taught = [(lp, m) for row in rows for lp, m in zip(scored(model, row["input_ids"]), row["loss_mask"][1:])]
+    return -sum(lp for lp, m in taught if m) / sum(m for _, m in taught)
 
 
 def installed(name: str) -> bool:
