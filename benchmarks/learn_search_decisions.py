@@ -100,6 +100,7 @@ NEUTRAL = {
     "72d5bcb": "learn_to_search.py: the two KB servers' start and stop moved into kb_servers, the same calls",
     "74afa03": "cli.py: make-tiny-model gains --layers (default 2, as before); the benchmark calls make_tiny_model",
     "f693e06": "copy_skill.py: recall_batch also returns its overwritten mask; no random draw or weight changes",
+    "6b78332": "copy_skill.py: a help text's % escaped for argparse; nothing it trains changes",
 }
 STUDENT_LAYERS = 4
 TASK_FLAGS = ["--warm-scale", "20", "--warm-per-kind", "330"]
