@@ -11,10 +11,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def is_script(path: Path) -> bool:
+    text = path.read_text()
+    return "argparse" in text and "__main__" in text
+
+
 SCRIPTS = sorted(
-    p for folder in ("benchmarks", "scripts", "data_synth") for p in (ROOT / folder).rglob("*.py")
-    if "argparse" in p.read_text() and "__main__" in p.read_text()
-)  # fmt: skip
+    p for folder in ("benchmarks", "scripts", "data_synth") for p in (ROOT / folder).rglob("*.py") if is_script(p)
+)
 
 
 class Rendered(Exception):
@@ -22,7 +28,7 @@ class Rendered(Exception):
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_the_help_renders(script, monkeypatch, capsys):
+def test_the_help_renders(script, monkeypatch):
     def render(parser, *args, **kwargs):
         parser.format_help()  # every argument's help text, with its %-expansion
         raise Rendered
